@@ -1,0 +1,54 @@
+"""Bitcoin (BSV) chain primitives: parsing, hashes, merkle roots, proof of work, UTXO hashes.
+
+This package imports nothing else of ours; every other package may import it.
+"""
+
+from chain.block import (
+    Block,
+    BlockHeader,
+    bip34_height,
+    bits_to_target,
+    block_work,
+    check_pow,
+    iter_blk_records,
+    merkle_root,
+    parse_block,
+    parse_header,
+)
+from chain.errors import ParseError
+from chain.hashes import hash_to_hex, hex_to_hash, sha256d
+from chain.tx import (
+    COINBASE_PREV_TXID,
+    COINBASE_PREV_VOUT,
+    Tx,
+    TxIn,
+    TxOut,
+    is_data_carrier,
+    parse_tx,
+    utxo_hash,
+)
+
+__all__ = [
+    "COINBASE_PREV_TXID",
+    "COINBASE_PREV_VOUT",
+    "Block",
+    "BlockHeader",
+    "ParseError",
+    "Tx",
+    "TxIn",
+    "TxOut",
+    "bip34_height",
+    "bits_to_target",
+    "block_work",
+    "check_pow",
+    "hash_to_hex",
+    "hex_to_hash",
+    "is_data_carrier",
+    "iter_blk_records",
+    "merkle_root",
+    "parse_block",
+    "parse_header",
+    "parse_tx",
+    "sha256d",
+    "utxo_hash",
+]

@@ -1,0 +1,270 @@
+"""Transactions: the standard serialization and BIP-239 extended format.
+
+Invariants:
+- `Tx.raw` is always the *standard* serialization and `Tx.txid == sha256d(Tx.raw)`, whatever
+  format the bytes came in; extended data (each input's previous satoshis and script) lives only
+  on the `TxIn` objects.
+- The parser never allocates from a count it has not checked against the bytes that remain, so a
+  varint claiming 2^60 inputs fails at once instead of exhausting memory.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from hashlib import sha256
+
+from chain.errors import ParseError
+from chain.hashes import hash_to_hex, sha256d
+
+COINBASE_PREV_TXID = b"\x00" * 32
+COINBASE_PREV_VOUT = 0xFFFFFFFF
+EXTENDED_MARKER = b"\x00\x00\x00\x00\x00\xef"
+# Smallest encodings, used to bound counts before looping: an input is 32+4+1+4 bytes, an
+# output 8+1 bytes (extended inputs are larger, so the bound stays safe).
+_MIN_INPUT = 41
+_MIN_OUTPUT = 9
+
+_u32 = struct.Struct("<I").unpack_from
+_u64 = struct.Struct("<Q").unpack_from
+_u16 = struct.Struct("<H").unpack_from
+
+
+@dataclass(slots=True)
+class TxIn:
+    prev_txid: bytes  # internal byte order
+    prev_vout: int
+    script_sig: bytes
+    sequence: int
+    prev_satoshis: int | None = None  # extended format only
+    prev_script: bytes | None = None  # extended format only
+
+
+@dataclass(slots=True)
+class TxOut:
+    satoshis: int
+    script: bytes
+
+
+@dataclass(slots=True)
+class Tx:
+    version: int
+    inputs: list[TxIn]
+    outputs: list[TxOut]
+    locktime: int
+    raw: bytes  # standard serialization
+    txid: bytes = field(default=b"")  # internal byte order; computed from raw when empty
+
+    def __post_init__(self) -> None:
+        if not self.txid:
+            self.txid = sha256d(self.raw)
+
+    @property
+    def txid_hex(self) -> str:
+        return hash_to_hex(self.txid)
+
+    @property
+    def size(self) -> int:
+        return len(self.raw)
+
+    @property
+    def is_coinbase(self) -> bool:
+        ins = self.inputs
+        return (
+            len(ins) == 1
+            and ins[0].prev_vout == COINBASE_PREV_VOUT
+            and ins[0].prev_txid == COINBASE_PREV_TXID
+        )
+
+    @property
+    def is_extended(self) -> bool:
+        """True when every input carries its previous output (coinbase needs none)."""
+        if self.is_coinbase:
+            return True
+        return all(i.prev_satoshis is not None and i.prev_script is not None for i in self.inputs)
+
+    def fee(self) -> int | None:
+        """Inputs minus outputs; 0 for a coinbase; None when an input's value is unknown."""
+        if self.is_coinbase:
+            return 0
+        total_in = 0
+        for i in self.inputs:
+            if i.prev_satoshis is None:
+                return None
+            total_in += i.prev_satoshis
+        return total_in - sum(o.satoshis for o in self.outputs)
+
+    def serialize(self, extended: bool = False) -> bytes:
+        """Standard bytes (== raw), or BIP-239 extended bytes (needs every prevout)."""
+        if not extended:
+            return self.raw
+        if not self.is_extended:
+            raise ValueError(f"tx {self.txid_hex}: extended format needs every input's previous output")
+        parts = [struct.pack("<I", self.version), EXTENDED_MARKER, varint(len(self.inputs))]
+        for i in self.inputs:
+            parts += [
+                i.prev_txid,
+                struct.pack("<I", i.prev_vout),
+                varint(len(i.script_sig)),
+                i.script_sig,
+                struct.pack("<I", i.sequence),
+            ]
+            if self.is_coinbase:
+                parts += [struct.pack("<Q", 0), b"\x00"]
+            else:
+                assert i.prev_script is not None and i.prev_satoshis is not None
+                parts += [struct.pack("<Q", i.prev_satoshis), varint(len(i.prev_script)), i.prev_script]
+        parts.append(varint(len(self.outputs)))
+        for o in self.outputs:
+            parts += [struct.pack("<Q", o.satoshis), varint(len(o.script)), o.script]
+        parts.append(struct.pack("<I", self.locktime))
+        return b"".join(parts)
+
+    def inpoints(self) -> list[tuple[bytes, int]]:
+        """(parent txid, vout) of every input; empty for a coinbase."""
+        if self.is_coinbase:
+            return []
+        return [(i.prev_txid, i.prev_vout) for i in self.inputs]
+
+
+def varint(n: int) -> bytes:
+    if n < 0xFD:
+        return bytes((n,))
+    if n <= 0xFFFF:
+        return b"\xfd" + struct.pack("<H", n)
+    if n <= 0xFFFFFFFF:
+        return b"\xfe" + struct.pack("<I", n)
+    return b"\xff" + struct.pack("<Q", n)
+
+
+def is_data_carrier(satoshis: int, script: bytes) -> bool:
+    """Zero-satoshi OP_RETURN / OP_FALSE OP_RETURN outputs never enter the UTXO set."""
+    return satoshis == 0 and (script[:1] == b"\x6a" or script[:2] == b"\x00\x6a")
+
+
+def utxo_hash(txid: bytes, vout: int, script: bytes, satoshis: int) -> bytes:
+    """SHA-256 over txid (internal order) ‖ VarInt(vout) ‖ script ‖ VarInt(satoshis)."""
+    return sha256(txid + varint(vout) + script + varint(satoshis)).digest()
+
+
+def parse_tx(data: bytes, *, allow_trailing: bool = False) -> Tx:
+    """Parse one transaction, standard or extended. Trailing bytes are an error unless allowed."""
+    buf = bytes(data)
+    tx, end = read_tx(buf, 0)
+    if end != len(buf) and not allow_trailing:
+        raise ParseError(f"{len(buf) - end} trailing bytes after the transaction", end)
+    return tx
+
+
+def _varint_at(buf: bytes, pos: int, what: str) -> tuple[int, int]:
+    try:
+        n = buf[pos]
+    except IndexError:
+        raise ParseError(f"truncated: {what} missing", pos) from None
+    if n < 0xFD:
+        return n, pos + 1
+    size = {0xFD: 2, 0xFE: 4, 0xFF: 8}[n]
+    if pos + 1 + size > len(buf):
+        raise ParseError(f"truncated: {what} varint cut short", pos)
+    return int.from_bytes(buf[pos + 1 : pos + 1 + size], "little"), pos + 1 + size
+
+
+def read_tx(buf: bytes, start: int) -> tuple[Tx, int]:
+    """Parse the transaction beginning at `start`; return it and the offset just past it.
+
+    Hot path for block parsing: varints of one byte are decoded inline, and the only checks per
+    field are those that keep a malformed buffer from being misread.
+    """
+    blen = len(buf)
+    if start + 10 > blen:
+        raise ParseError("truncated transaction: fewer than 10 bytes", start)
+    version = _u32(buf, start)[0]
+    pos = start + 4
+    extended = False
+    if buf[pos] == 0:
+        if buf[pos : pos + 6] == EXTENDED_MARKER:
+            extended = True
+            pos += 6
+        elif buf[pos + 1] == 1:
+            raise ParseError(
+                "SegWit serialization (marker 0x00, flag 0x01): BSV has no SegWit; "
+                "this is a BTC transaction or block",
+                pos,
+            )
+        else:
+            raise ParseError("transaction has no inputs", pos)
+    n_in = buf[pos]
+    pos += 1
+    if n_in >= 0xFD:
+        n_in, pos = _varint_at(buf, pos - 1, "input count")
+    if n_in == 0:
+        raise ParseError("transaction has no inputs", pos - 1)
+    if n_in * _MIN_INPUT > blen - pos:
+        raise ParseError(f"input count {n_in} exceeds the {blen - pos} bytes that remain", pos)
+    inputs: list[TxIn] = []
+    append_in = inputs.append
+    std_parts: list[bytes] | None = [] if extended else None
+    try:
+        for _ in range(n_in):
+            in_start = pos
+            prev = buf[pos : pos + 32]
+            vout = _u32(buf, pos + 32)[0]
+            slen = buf[pos + 36]
+            pos += 37
+            if slen >= 0xFD:
+                slen, pos = _varint_at(buf, pos - 1, "script length")
+            script_end = pos + slen
+            if script_end + 4 > blen:
+                raise ParseError(f"truncated: input script of {slen} bytes runs past the end", pos)
+            script = buf[pos:script_end]
+            seq = _u32(buf, script_end)[0]
+            pos = script_end + 4
+            if extended:
+                assert std_parts is not None
+                std_parts.append(buf[in_start:pos])
+                psats = _u64(buf, pos)[0]
+                pslen = buf[pos + 8]
+                pos += 9
+                if pslen >= 0xFD:
+                    pslen, pos = _varint_at(buf, pos - 1, "previous script length")
+                if pos + pslen > blen:
+                    raise ParseError("truncated: extended previous script runs past the end", pos)
+                append_in(TxIn(prev, vout, script, seq, psats, buf[pos : pos + pslen]))
+                pos += pslen
+            else:
+                append_in(TxIn(prev, vout, script, seq))
+        out_start = pos
+        n_out = buf[pos]
+        pos += 1
+        if n_out >= 0xFD:
+            n_out, pos = _varint_at(buf, pos - 1, "output count")
+        if n_out * _MIN_OUTPUT > blen - pos:
+            raise ParseError(f"output count {n_out} exceeds the {blen - pos} bytes that remain", pos)
+        outputs: list[TxOut] = []
+        append_out = outputs.append
+        for _ in range(n_out):
+            sats = _u64(buf, pos)[0]
+            slen = buf[pos + 8]
+            pos += 9
+            if slen >= 0xFD:
+                slen, pos = _varint_at(buf, pos - 1, "script length")
+            if pos + slen > blen:
+                raise ParseError(f"truncated: output script of {slen} bytes runs past the end", pos)
+            append_out(TxOut(sats, buf[pos : pos + slen]))
+            pos += slen
+        locktime = _u32(buf, pos)[0]
+        pos += 4
+    except (IndexError, struct.error):
+        raise ParseError("truncated transaction", min(pos, blen)) from None
+    if extended:
+        assert std_parts is not None
+        coinbase_ext = n_in == 1 and inputs[0].prev_vout == COINBASE_PREV_VOUT
+        if coinbase_ext and inputs[0].prev_txid == COINBASE_PREV_TXID:
+            inputs[0].prev_satoshis = None
+            inputs[0].prev_script = None
+        raw = b"".join(
+            [buf[start : start + 4], varint(n_in), *std_parts, buf[out_start:pos]]
+        )
+    else:
+        raw = buf[start:pos]
+    return Tx(version, inputs, outputs, locktime, raw), pos

@@ -1,0 +1,131 @@
+"""The UTXO store's errors: a small hierarchy with stable codes.
+
+Every error names what it is about (`txid`, or `outpoint` as (txid, vout)), in internal byte
+order, and its message shows hashes as Bitcoin shows them. `code` is stable: callers and the CLI
+match on it, never on message text.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from chain import hash_to_hex
+
+Outpoint = tuple[bytes, int]
+
+
+def fmt_outpoint(op: Outpoint) -> str:
+    return f"{hash_to_hex(op[0])}:{op[1]}"
+
+
+class UtxoError(Exception):
+    code: ClassVar[str] = "UTXO_ERROR"
+
+    def __init__(
+        self, message: str, *, txid: bytes | None = None, outpoint: Outpoint | None = None
+    ) -> None:
+        super().__init__(message)
+        self.txid = txid
+        self.outpoint = outpoint
+
+    def to_json(self) -> dict[str, object]:
+        d: dict[str, object] = {"code": self.code, "message": str(self)}
+        if self.txid is not None:
+            d["txid"] = hash_to_hex(self.txid)
+        if self.outpoint is not None:
+            d["outpoint"] = fmt_outpoint(self.outpoint)
+        return d
+
+
+class TxExists(UtxoError):
+    code = "TX_EXISTS"
+
+
+class TxNotFound(UtxoError):
+    code = "TX_NOT_FOUND"
+
+
+class UtxoNotFound(TxNotFound):
+    """The parent record exists but has no such output (out of range, or a data carrier)."""
+
+    code = "UTXO_NOT_FOUND"
+
+
+class UtxoSpent(UtxoError):
+    code = "UTXO_SPENT"
+
+    def __init__(
+        self, message: str, *, outpoint: Outpoint, spending_txid: bytes, spending_vin: int
+    ) -> None:
+        super().__init__(message, outpoint=outpoint)
+        self.spending_txid = spending_txid
+        self.spending_vin = spending_vin
+
+
+class UtxoFrozen(UtxoError):
+    code = "UTXO_FROZEN"
+
+    def __init__(self, message: str, *, outpoint: Outpoint, until: int | None = None) -> None:
+        super().__init__(message, outpoint=outpoint)
+        self.until = until  # None: frozen outright; else spendable from this height on
+
+
+class TxLocked(UtxoError):
+    code = "TX_LOCKED"
+
+
+class TxCreating(TxLocked):
+    """The master record still has `creating` set: a multi-record creation is unfinished."""
+
+    code = "TX_CREATING"
+
+
+class TxConflicting(UtxoError):
+    code = "TX_CONFLICTING"
+
+
+class TxCoinbaseImmature(UtxoError):
+    code = "TX_COINBASE_IMMATURE"
+
+    def __init__(self, message: str, *, outpoint: Outpoint, spendable_at: int) -> None:
+        super().__init__(message, outpoint=outpoint)
+        self.spendable_at = spendable_at
+
+
+class UtxoMismatch(UtxoError):
+    code = "UTXO_HASH_MISMATCH"
+
+
+class StorageError(UtxoError):
+    """The backing store failed (connection, disk, server): retryable, never a verdict on data."""
+
+    code = "STORAGE_ERROR"
+
+
+class ProcessingError(UtxoError):
+    """A request the store cannot carry out as asked (bad argument, invalid state change)."""
+
+    code = "PROCESSING_ERROR"
+
+
+class SpendRejected(ProcessingError):
+    """A transaction's spend failed; `errors` lists (input index, error) for every failed input.
+
+    None of that transaction's spends remain in the store.
+    """
+
+    code = "SPEND_REJECTED"
+
+    def __init__(self, txid: bytes, errors: list[tuple[int, UtxoError]]) -> None:
+        detail = "; ".join(f"input {vin}: [{e.code}] {e}" for vin, e in errors)
+        super().__init__(f"tx {hash_to_hex(txid)} cannot spend: {detail}", txid=txid)
+        self.errors = errors
+
+    @property
+    def first(self) -> UtxoError:
+        return self.errors[0][1]
+
+    def to_json(self) -> dict[str, object]:
+        d = super().to_json()
+        d["inputs"] = [{"vin": vin, **e.to_json()} for vin, e in self.errors]
+        return d

@@ -1,0 +1,106 @@
+"""The UTXO store Protocol: every backend (SQLite, PostgreSQL, later Aerospike) implements it.
+
+Shape: batch calls first (a block's worth of transactions per call), each atomic per record and
+reporting per-item results, so that it maps onto Aerospike batch operations with Lua UDFs as
+well as onto SQL transactions. The single-item methods are thin conveniences over the batch ones.
+
+Contract every backend keeps (the conformance suite in tests/stores checks each):
+- create is create-only: an existing txid is TxExists and changes nothing.
+- a spend either records every input of the transaction or none of them.
+- the same spender spending the same output again is a success (Celery delivers at least once).
+- delete_at_height is set only when a rule of `stores.utxo.rules.next_dah` says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Protocol, runtime_checkable
+
+from chain import Tx
+from stores.utxo.errors import UtxoError
+from stores.utxo.records import (
+    BlockInfo,
+    OutputInfo,
+    Spend,
+    SpendInfo,
+    TxMeta,
+    Utxo,
+    UtxoStats,
+)
+
+Outpoint = tuple[bytes, int]
+
+
+@runtime_checkable
+class UtxoStore(Protocol):
+    url: str
+    block_height: int
+    retention: int
+
+    # -- creation ---------------------------------------------------------------------------
+    def create_many(
+        self,
+        txs: Sequence[Tx],
+        block_height: int,
+        mined_block_infos: Sequence[BlockInfo] = (),
+        locked: bool = False,
+        conflicting: bool = False,
+        frozen: bool = False,
+    ) -> list[TxMeta | UtxoError]: ...
+
+    def create(
+        self,
+        tx: Tx,
+        block_height: int,
+        mined_block_infos: Sequence[BlockInfo] = (),
+        locked: bool = False,
+        conflicting: bool = False,
+        frozen: bool = False,
+    ) -> TxMeta: ...
+
+    def import_utxos(self, utxos: Sequence[Utxo], block_id: int = 0) -> int: ...
+
+    # -- reads ------------------------------------------------------------------------------
+    def get(self, txid: bytes, fields: Sequence[str] | None = None) -> TxMeta: ...
+    def get_spend(self, outpoint: Outpoint, utxo_hash: bytes) -> SpendInfo: ...
+    def get_output(self, outpoint: Outpoint) -> OutputInfo | None: ...
+    def get_outputs(self, outpoints: Sequence[Outpoint]) -> dict[Outpoint, OutputInfo]: ...
+    def iter_utxos(
+        self, *, confirmed: bool = True, script: bytes | None = None
+    ) -> Iterator[Utxo]: ...
+    def stats(self) -> UtxoStats: ...
+
+    # -- spends -----------------------------------------------------------------------------
+    def spend_many(self, txs: Sequence[Tx], block_height: int) -> list[list[Spend] | UtxoError]: ...
+    def spend(self, tx: Tx, block_height: int) -> list[Spend]: ...
+    def unspend(self, spends: Sequence[Spend]) -> list[bool]: ...
+
+    # -- block membership -------------------------------------------------------------------
+    def set_mined_multi(
+        self,
+        txids: Sequence[bytes],
+        block_id: int,
+        block_height: int,
+        subtree_idx: int = 0,
+        on_longest_chain: bool = True,
+        unset: bool = False,
+    ) -> list[list[int] | UtxoError]: ...
+
+    def mark_on_longest_chain(self, txids: Sequence[bytes], on: bool) -> None: ...
+
+    # -- state changes ----------------------------------------------------------------------
+    def set_locked(self, txids: Sequence[bytes], value: bool) -> None: ...
+    def set_conflicting(self, txids: Sequence[bytes], value: bool) -> None: ...
+    def freeze(self, items: Sequence[tuple[Outpoint, bytes]]) -> list[UtxoError | None]: ...
+    def unfreeze(self, items: Sequence[tuple[Outpoint, bytes]]) -> list[UtxoError | None]: ...
+    def reassign(self, outpoint: Outpoint, utxo_hash: bytes, new_utxo_hash: bytes) -> None: ...
+    def preserve_transactions(self, txids: Sequence[bytes], until: int) -> None: ...
+    def process_expired_preservations(self, height: int) -> int: ...
+    def query_old_unmined(self, cutoff: int) -> list[bytes]: ...
+    def set_block_height(self, height: int) -> None: ...
+
+    # -- pruning ----------------------------------------------------------------------------
+    def query_dah(self, height: int, limit: int = 1000) -> list[bytes]: ...
+    def delete(self, txids: Sequence[bytes]) -> int: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,169 @@
+"""Records the UTXO store hands in and out. Hashes are internal byte order; `to_json` shows them reversed."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from chain import Tx, hash_to_hex
+
+
+@dataclass(frozen=True, slots=True)
+class BlockInfo:
+    block_id: int
+    block_height: int
+    subtree_idx: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """One output spent by one input: what `spend` returns and `unspend` takes back."""
+
+    txid: bytes
+    vout: int
+    utxo_hash: bytes
+    spending_txid: bytes
+    spending_vin: int
+
+
+@dataclass(slots=True)
+class TxMeta:
+    """A transaction's record, as the data model names its fields (snake_case)."""
+
+    txid: bytes
+    fee: int | None = None
+    size_in_bytes: int = 0
+    is_coinbase: bool = False
+    version: int = 0
+    locktime: int = 0
+    inpoints: list[tuple[bytes, int]] = field(default_factory=list)
+    locked: bool = False
+    creating: bool = False
+    conflicting: bool = False
+    conflicting_children: list[bytes] = field(default_factory=list)
+    unmined_since: int | None = None
+    created_at: int = 0
+    preserve_until: int | None = None
+    delete_at_height: int | None = None
+    spending_height: int = 0
+    block_ids: list[int] = field(default_factory=list)
+    block_heights: list[int] = field(default_factory=list)
+    subtree_idxs: list[int] = field(default_factory=list)
+    external: bool = False
+    total_extra_recs: int = 0
+    total_utxos: int = 0
+    spent_utxos: int = 0
+    reassignments: list[dict[str, Any]] = field(default_factory=list)
+    tx: Tx | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "txid": hash_to_hex(self.txid),
+            "fee": self.fee,
+            "size_in_bytes": self.size_in_bytes,
+            "is_coinbase": self.is_coinbase,
+            "version": self.version,
+            "locktime": self.locktime,
+            "inpoints": [f"{hash_to_hex(t)}:{v}" for t, v in self.inpoints],
+            "locked": self.locked,
+            "creating": self.creating,
+            "conflicting": self.conflicting,
+            "conflicting_children": [hash_to_hex(c) for c in self.conflicting_children],
+            "unmined_since": self.unmined_since,
+            "created_at": self.created_at,
+            "preserve_until": self.preserve_until,
+            "delete_at_height": self.delete_at_height,
+            "spending_height": self.spending_height,
+            "block_ids": self.block_ids,
+            "block_heights": self.block_heights,
+            "subtree_idxs": self.subtree_idxs,
+            "external": self.external,
+            "total_extra_recs": self.total_extra_recs,
+            "total_utxos": self.total_utxos,
+            "spent_utxos": self.spent_utxos,
+            "reassignments": self.reassignments,
+        }
+
+
+class SpendStatus(enum.Enum):
+    OK = "ok"
+    SPENT = "spent"
+    IMMATURE = "immature"
+    FROZEN = "frozen"
+    CONFLICTING = "conflicting"
+    LOCKED = "locked"
+    NOT_FOUND = "not_found"
+
+
+@dataclass(frozen=True, slots=True)
+class SpendInfo:
+    status: SpendStatus
+    spending_txid: bytes | None = None
+    spending_vin: int | None = None
+    until: int | None = None  # IMMATURE / FROZEN-until: the first height it becomes spendable
+
+
+@dataclass(frozen=True, slots=True)
+class OutputInfo:
+    """One output as `utxo outpoint` shows it."""
+
+    txid: bytes
+    vout: int
+    utxo_hash: bytes
+    satoshis: int
+    script: bytes
+    spending_txid: bytes | None
+    spending_vin: int | None
+    frozen: bool
+    spendable_in: int | None
+
+    @property
+    def state(self) -> str:
+        if self.frozen:
+            return "frozen"
+        return "spent" if self.spending_txid is not None else "unspent"
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"state": self.state, "utxo_hash": hash_to_hex(self.utxo_hash)}
+        if self.spending_txid is not None:
+            d["spending_txid"] = hash_to_hex(self.spending_txid)
+            d["spending_vin"] = self.spending_vin
+        d["satoshis"] = self.satoshis
+        d["script"] = self.script.hex()
+        if self.spendable_in is not None:
+            d["spendable_in"] = self.spendable_in
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Utxo:
+    """One entry of a UTXO listing (the confirmed view or all unspent outputs)."""
+
+    txid: bytes
+    vout: int
+    satoshis: int
+    script: bytes
+    height: int | None
+    coinbase: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "txid": hash_to_hex(self.txid),
+            "vout": self.vout,
+            "satoshis": self.satoshis,
+            "script": self.script.hex(),
+            "height": self.height,
+            "coinbase": self.coinbase,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class UtxoStats:
+    utxos: int
+    satoshis: int
+    txs: int
+    height: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"utxos": self.utxos, "satoshis": self.satoshis, "txs": self.txs, "height": self.height}

@@ -1,0 +1,162 @@
+"""Record-level state changes: block membership, locked, conflicting, preservation, pruning.
+
+Invariants:
+- Each change reads the records under lock, applies one small function to each, recomputes
+  delete-at-height with `rules.next_dah`, and writes them back in the same transaction.
+- A block is in a record's block list at most once; `unmined_since` is None exactly while the
+  record is mined on the longest chain, and a height otherwise.
+- A conflicting record is listed in each of its parents' `conflicting_children`, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from stores.utxo.errors import ProcessingError, TxNotFound, UtxoError
+from stores.utxo.sql.base import SqlBase, TxState, chunks, split_inpoints
+
+
+class StateMixin(SqlBase):
+    def set_mined_multi(
+        self,
+        txids: Sequence[bytes],
+        block_id: int,
+        block_height: int,
+        subtree_idx: int = 0,
+        on_longest_chain: bool = True,
+        unset: bool = False,
+    ) -> list[list[int] | UtxoError]:
+        def change(s: TxState, height: int) -> None:
+            if unset:
+                s.blocks = [b for b in s.blocks if b[0] != block_id]
+                if not s.blocks:
+                    s.unmined_since = height or block_height
+                return
+            if all(b[0] != block_id for b in s.blocks):
+                s.blocks.append([block_id, block_height, subtree_idx])
+            s.locked = False
+            s.creating = False
+            if on_longest_chain:
+                s.unmined_since = None
+
+        states: dict[bytes, TxState] = {}
+
+        def keep(s: TxState, height: int) -> None:
+            change(s, height)
+            states[s.txid] = s
+
+        errs = self._update_states("set_mined", txids, keep, hint=block_height)
+        return [
+            e if e is not None else [b[0] for b in states[t].blocks] for t, e in zip(txids, errs)
+        ]
+
+    def mark_on_longest_chain(self, txids: Sequence[bytes], on: bool) -> None:
+        def change(s: TxState, height: int) -> None:
+            if on:
+                s.unmined_since = None
+            elif s.unmined_since is None:
+                s.unmined_since = height
+
+        self._update_states("mark_on_longest_chain", txids, change)
+
+    def set_locked(self, txids: Sequence[bytes], value: bool) -> None:
+        def change(s: TxState, _h: int) -> None:
+            s.locked = value
+
+        self._update_states("set_locked", txids, change, missing_ok=False)
+
+    def set_conflicting(self, txids: Sequence[bytes], value: bool) -> None:
+        height = self._height()
+        wanted = list(dict.fromkeys(txids))
+
+        def unit(cur: Any) -> None:
+            own = self._load_states(cur, wanted)
+            missing = [t for t in wanted if t not in own]
+            if missing:
+                raise TxNotFound(f"tx {missing[0][::-1].hex()} not found", txid=missing[0])
+            parent_ids = {p for s in own.values() for p, _v in split_inpoints(s.inpoints)}
+            states = self._load_states(cur, parent_ids | set(own))
+            for t in wanted:
+                s = states[t]
+                s.conflicting = value
+                for p, _v in split_inpoints(s.inpoints):
+                    ps = states.get(p)
+                    if ps is None:
+                        continue  # a parent already pruned: nothing to record on it
+                    kids = [ps.conflicting_children[i : i + 32] for i in range(0, len(ps.conflicting_children), 32)]
+                    if value and t not in kids:
+                        kids.append(t)
+                    elif not value and t in kids:
+                        kids.remove(t)
+                    ps.conflicting_children = b"".join(kids)
+            for s in states.values():
+                s.recompute_dah(height, self.retention)
+            self._write_states(cur, states.values())
+
+        self._run_write("set_conflicting", unit)
+
+    def preserve_transactions(self, txids: Sequence[bytes], until: int) -> None:
+        def change(s: TxState, _h: int) -> None:
+            s.preserve_until = until
+
+        self._update_states("preserve_transactions", txids, change)
+
+    def process_expired_preservations(self, height: int) -> int:
+        def find(cur: Any) -> list[bytes]:
+            cur.execute(
+                self._q("SELECT txid FROM txs WHERE preserve_until IS NOT NULL AND preserve_until <= ?"),
+                (height,),
+            )
+            return [bytes(r[0]) for r in cur.fetchall()]
+
+        txids = self._run_read("process_expired_preservations", find)
+
+        def change(s: TxState, _h: int) -> None:
+            if s.preserve_until is not None and s.preserve_until <= height:
+                s.preserve_until = None
+
+        for part in chunks(txids, 5000):
+            self._update_states("process_expired_preservations", part, change, hint=height)
+        return len(txids)
+
+    def query_old_unmined(self, cutoff: int) -> list[bytes]:
+        def q(cur: Any) -> list[bytes]:
+            cur.execute(
+                self._q("SELECT txid FROM txs WHERE unmined_since IS NOT NULL AND unmined_since <= ? "
+                        "ORDER BY unmined_since, txid"),
+                (cutoff,),
+            )
+            return [bytes(r[0]) for r in cur.fetchall()]
+
+        return self._run_read("query_old_unmined", q)
+
+    def query_dah(self, height: int, limit: int = 1000) -> list[bytes]:
+        def q(cur: Any) -> list[bytes]:
+            cur.execute(
+                self._q("SELECT txid FROM txs WHERE delete_at_height IS NOT NULL AND "
+                        "delete_at_height <= ? ORDER BY delete_at_height, txid LIMIT ?"),
+                (height, limit),
+            )
+            return [bytes(r[0]) for r in cur.fetchall()]
+
+        return self._run_read("query_dah", q)
+
+    def delete(self, txids: Sequence[bytes]) -> int:
+        if not txids:
+            return 0
+        keys = sorted(set(txids))
+
+        def unit(cur: Any) -> int:
+            found = list(self._load_states(cur, keys))
+            if found:
+                cur.executemany(self._q("DELETE FROM outputs WHERE txid = ?"), [(t,) for t in found])
+                cur.executemany(self._q("DELETE FROM txs WHERE txid = ?"), [(t,) for t in found])
+            return len(found)
+
+        return self._run_write("delete", unit)
+
+
+def _check_height(h: int) -> None:
+    if h <= 0:
+        raise ProcessingError(f"block height must be positive, got {h}")

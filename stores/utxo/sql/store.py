@@ -1,0 +1,18 @@
+"""The SQL UTXO store: the operations of every concern, over a dialect's hooks."""
+
+from __future__ import annotations
+
+from stores.utxo.sql.create import CreateMixin, ImportMixin
+from stores.utxo.sql.read import ReadMixin
+from stores.utxo.sql.spend import SpendMixin
+from stores.utxo.sql.state import StateMixin
+
+
+class SqlUtxoStore(CreateMixin, ImportMixin, SpendMixin, StateMixin, ReadMixin):
+    """Implements `stores.utxo.protocol.UtxoStore`; a backend module supplies the dialect hooks."""
+
+    def __init__(self, url: str, *, retention: int = 288, batch_size: int = 20000) -> None:
+        self.url = url
+        self.retention = retention
+        self.batch_size = batch_size
+        self.block_height = 0

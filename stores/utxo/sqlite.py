@@ -1,0 +1,133 @@
+"""SQLite backend (`sqlite:///PATH`, the embedded default).
+
+Invariants:
+- WAL journal, so readers never block the writer; every write unit starts with BEGIN IMMEDIATE,
+  which takes the database's single write lock up front — the read-decide-write of a unit can
+  therefore never interleave with another process's, and two processes spending one output
+  cannot both win.
+- One connection per store object, guarded by a lock, so a store may be shared by threads.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from stores.utxo.sql.base import Row
+from stores.utxo.sql.schema import ddl
+from stores.utxo.sql.store import SqlUtxoStore
+
+PREFIX = "sqlite:///"
+
+
+def sqlite_path(url: str) -> str:
+    """`sqlite:///rel/path`, `sqlite:////abs/path` or `sqlite:///:memory:` → the file path."""
+    if not url.startswith(PREFIX):
+        raise ValueError(f"not a sqlite URL (expected {PREFIX}PATH): {url}")
+    path = url[len(PREFIX) :].split("?", 1)[0]
+    if not path:
+        raise ValueError(f"sqlite URL has no path: {url}")
+    return path
+
+
+class SqliteUtxoStore(SqlUtxoStore):
+    def __init__(self, url: str, **opts: Any) -> None:
+        super().__init__(url, **opts)
+        path = sqlite_path(url)
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        try:
+            self._conn = sqlite3.connect(
+                path, isolation_level=None, timeout=60.0, check_same_thread=False,
+                cached_statements=256,
+            )
+            for pragma in (
+                "PRAGMA journal_mode=WAL",
+                "PRAGMA synchronous=NORMAL",
+                "PRAGMA busy_timeout=60000",
+                "PRAGMA cache_size=-131072",
+                "PRAGMA temp_store=MEMORY",
+            ):
+                self._conn.execute(pragma)
+            self._run_write("create schema", self._schema)
+        except sqlite3.Error as e:
+            from stores.utxo.errors import StorageError
+
+            raise StorageError(f"cannot open SQLite store {path}: {e}") from e
+        self.block_height = self._load_block_height()
+
+    def _schema(self, cur: Any) -> None:
+        for stmt in ddl("BLOB", " WITHOUT ROWID"):
+            cur.execute(stmt.replace("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+                                     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"))
+
+    @contextmanager
+    def _write_txn(self) -> Iterator[sqlite3.Cursor]:
+        with self._lock:
+            cur = self._conn.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            else:
+                cur.execute("COMMIT")
+            finally:
+                cur.close()
+
+    @contextmanager
+    def _read_cursor(self) -> Iterator[sqlite3.Cursor]:
+        with self._lock:
+            cur = self._conn.cursor()
+            cur.execute("BEGIN")
+            try:
+                yield cur
+            finally:
+                self._conn.execute("COMMIT")
+                cur.close()
+
+    def _is_transient(self, exc: BaseException) -> bool:
+        msg = str(exc).lower()
+        return isinstance(exc, sqlite3.OperationalError) and ("locked" in msg or "busy" in msg)
+
+    def _db_errors(self) -> tuple[type[BaseException], ...]:
+        return (sqlite3.Error,)
+
+    def _q(self, sql: str) -> str:
+        return sql
+
+    def _select_txs(self, cur: Any, cols: str, txids: Sequence[bytes], lock: bool) -> list[Row]:
+        # lock is implicit: a write unit already holds the database's write lock.
+        marks = ",".join("?" * len(txids))
+        cur.execute(f"SELECT {cols} FROM txs WHERE txid IN ({marks})", list(txids))
+        return cur.fetchall()
+
+    def _select_outputs(self, cur: Any, cols: str, keys: Sequence[tuple[bytes, int]]) -> list[Row]:
+        values = ",".join(["(?,?)"] * len(keys))
+        cur.execute(
+            f"SELECT {cols} FROM (VALUES {values}) AS k "
+            "JOIN outputs o ON o.txid = k.column1 AND o.vout = k.column2",
+            [x for k in keys for x in k],
+        )
+        return cur.fetchall()
+
+    def _stream(self, sql: str, params: Sequence[Any]) -> Iterator[Row]:
+        # A connection of its own, so a long listing neither holds the store's lock nor sees
+        # a half-finished write unit of this process.
+        conn = sqlite3.connect(sqlite_path(self.url), timeout=60.0)
+        try:
+            cur = conn.execute(sql, list(params))
+            while rows := cur.fetchmany(2000):
+                yield from rows
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
