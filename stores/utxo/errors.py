@@ -21,9 +21,7 @@ def fmt_outpoint(op: Outpoint) -> str:
 class UtxoError(Exception):
     code: ClassVar[str] = "UTXO_ERROR"
 
-    def __init__(
-        self, message: str, *, txid: bytes | None = None, outpoint: Outpoint | None = None
-    ) -> None:
+    def __init__(self, message: str, *, txid: bytes | None = None, outpoint: Outpoint | None = None) -> None:
         super().__init__(message)
         self.txid = txid
         self.outpoint = outpoint
@@ -54,9 +52,7 @@ class UtxoNotFound(TxNotFound):
 class UtxoSpent(UtxoError):
     code = "UTXO_SPENT"
 
-    def __init__(
-        self, message: str, *, outpoint: Outpoint, spending_txid: bytes, spending_vin: int
-    ) -> None:
+    def __init__(self, message: str, *, outpoint: Outpoint, spending_txid: bytes, spending_vin: int) -> None:
         super().__init__(message, outpoint=outpoint)
         self.spending_txid = spending_txid
         self.spending_vin = spending_vin

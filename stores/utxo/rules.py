@@ -15,8 +15,8 @@ from __future__ import annotations
 from chain import hash_to_hex
 from stores.utxo.errors import (
     Outpoint,
-    TxConflicting,
     TxCoinbaseImmature,
+    TxConflicting,
     TxCreating,
     TxLocked,
     TxNotFound,

@@ -43,7 +43,10 @@ class SqliteUtxoStore(SqlUtxoStore):
         self._lock = threading.RLock()
         try:
             self._conn = sqlite3.connect(
-                path, isolation_level=None, timeout=60.0, check_same_thread=False,
+                path,
+                isolation_level=None,
+                timeout=60.0,
+                check_same_thread=False,
                 cached_statements=256,
             )
             for pragma in (
@@ -62,9 +65,15 @@ class SqliteUtxoStore(SqlUtxoStore):
         self.block_height = self._load_block_height()
 
     def _schema(self, cur: Any) -> None:
-        for stmt in ddl("BLOB", " WITHOUT ROWID"):
-            cur.execute(stmt.replace("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-                                     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"))
+        # INTEGER PRIMARY KEY is SQLite's rowid: new records append to the table.
+        for stmt in ddl("BLOB", "INTEGER"):
+            cur.execute(stmt)
+
+    def _reserve_ids(self, cur: Any, n: int) -> list[int]:
+        # Safe without a sequence: the write unit holds the database's only write lock.
+        cur.execute("SELECT COALESCE(MAX(id), 0) FROM txs")
+        start = int(cur.fetchone()[0]) + 1
+        return list(range(start, start + n))
 
     @contextmanager
     def _write_txn(self) -> Iterator[sqlite3.Cursor]:
@@ -106,15 +115,6 @@ class SqliteUtxoStore(SqlUtxoStore):
         # lock is implicit: a write unit already holds the database's write lock.
         marks = ",".join("?" * len(txids))
         cur.execute(f"SELECT {cols} FROM txs WHERE txid IN ({marks})", list(txids))
-        return cur.fetchall()
-
-    def _select_outputs(self, cur: Any, cols: str, keys: Sequence[tuple[bytes, int]]) -> list[Row]:
-        values = ",".join(["(?,?)"] * len(keys))
-        cur.execute(
-            f"SELECT {cols} FROM (VALUES {values}) AS k "
-            "JOIN outputs o ON o.txid = k.column1 AND o.vout = k.column2",
-            [x for k in keys for x in k],
-        )
         return cur.fetchall()
 
     def _stream(self, sql: str, params: Sequence[Any]) -> Iterator[Row]:

@@ -31,7 +31,7 @@ CHUNK = 500  # keys per IN / VALUES list: well under every driver's parameter li
 STATE_COLS = (
     "txid, locked, creating, conflicting, is_coinbase, spending_height, unmined_since, "
     "preserve_until, delete_at_height, total_utxos, spent_utxos, blocks, conflicting_children, "
-    "inpoints"
+    "inpoints, id"
 )
 WRITE_STATE = (
     "UPDATE txs SET locked = ?, creating = ?, conflicting = ?, unmined_since = ?, "
@@ -58,12 +58,26 @@ class TxState:
     blocks: list[list[int]]
     conflicting_children: bytes
     inpoints: bytes
+    id: int
 
     @classmethod
     def from_row(cls, r: Row) -> TxState:
         return cls(
-            bytes(r[0]), bool(r[1]), bool(r[2]), bool(r[3]), bool(r[4]), r[5], r[6], r[7], r[8],
-            r[9], r[10], json.loads(r[11]), bytes(r[12]), bytes(r[13]),
+            bytes(r[0]),
+            bool(r[1]),
+            bool(r[2]),
+            bool(r[3]),
+            bool(r[4]),
+            r[5],
+            r[6],
+            r[7],
+            r[8],
+            r[9],
+            r[10],
+            json.loads(r[11]),
+            bytes(r[12]),
+            bytes(r[13]),
+            r[14],
         )
 
     def recompute_dah(self, height: int, retention: int) -> None:
@@ -81,16 +95,22 @@ class TxState:
 
     def row(self) -> Row:
         return (
-            int(self.locked), int(self.creating), int(self.conflicting), self.unmined_since,
-            self.preserve_until, self.delete_at_height, self.spent_utxos,
-            json.dumps(self.blocks, separators=(",", ":")), self.conflicting_children, self.txid,
+            int(self.locked),
+            int(self.creating),
+            int(self.conflicting),
+            self.unmined_since,
+            self.preserve_until,
+            self.delete_at_height,
+            self.spent_utxos,
+            json.dumps(self.blocks, separators=(",", ":")),
+            self.conflicting_children,
+            self.txid,
         )
 
 
 def split_inpoints(blob: bytes) -> list[tuple[bytes, int]]:
     return [
-        (blob[i : i + 32], int.from_bytes(blob[i + 32 : i + 36], "little"))
-        for i in range(0, len(blob), 36)
+        (blob[i : i + 32], int.from_bytes(blob[i + 32 : i + 36], "little")) for i in range(0, len(blob), 36)
     ]
 
 
@@ -129,8 +149,8 @@ class SqlBase(ABC):
         """Rows of `txs` for these txids (lock=True: FOR UPDATE, in txid order)."""
 
     @abstractmethod
-    def _select_outputs(self, cur: Any, cols: str, keys: Sequence[tuple[bytes, int]]) -> list[Row]:
-        """Rows of `outputs` for these (txid, vout) keys; `cols` refers to the table as `o`."""
+    def _reserve_ids(self, cur: Any, n: int) -> list[int]:
+        """n fresh `txs.id` values, increasing (called inside a write unit)."""
 
     @abstractmethod
     def _q(self, sql: str) -> str:
@@ -198,8 +218,12 @@ class SqlBase(ABC):
             cur.executemany(self._q(WRITE_STATE), rows)
 
     def _update_states(
-        self, what: str, txids: Sequence[bytes], change: Callable[[TxState, int], None],
-        hint: int = 0, missing_ok: bool = True,
+        self,
+        what: str,
+        txids: Sequence[bytes],
+        change: Callable[[TxState, int], None],
+        hint: int = 0,
+        missing_ok: bool = True,
     ) -> list[UtxoError | None]:
         """Apply `change(state, height)` to each record under lock, then recompute its DAH."""
         height = self._height(hint)

@@ -1,9 +1,10 @@
-"""Creating transaction records (the one-record path).
+"""Creating records: transactions (the one-record path) and snapshot imports.
 
 Invariants:
 - Create-only: a txid already stored (or repeated within the batch) is TxExists and changes
-  nothing. The tx row and all its output rows are written in the same database transaction.
-- A transaction without outputs is refused; zero-satoshi data carriers get no output row.
+  nothing; every new record of a batch is written in one database transaction.
+- A transaction without outputs is refused; zero-satoshi data carriers get an empty slot (no
+  UTXO), and `total_utxos` counts the real slots.
 - The fee comes from the inputs' previous outputs: carried by an extended transaction, else read
   from the batch itself or the store; when a previous output is unknown the fee is None.
 """
@@ -13,39 +14,47 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from hashlib import sha256
 from typing import Any
 
 from chain import Tx, hash_to_hex, is_data_carrier, utxo_hash
+from chain.tx import varint
+from stores.utxo import slots
 from stores.utxo.errors import ProcessingError, TxExists, UtxoError
 from stores.utxo.records import BlockInfo, TxMeta, Utxo
 from stores.utxo.rules import COINBASE_MATURITY, next_dah
 from stores.utxo.sql.base import SqlBase, chunks
 
 TX_COLS = (
-    "txid, version, locktime, fee, size_in_bytes, is_coinbase, spending_height, locked, creating, "
-    "conflicting, unmined_since, created_at, preserve_until, delete_at_height, external, "
+    "id, txid, version, locktime, fee, size_in_bytes, is_coinbase, spending_height, locked, "
+    "creating, conflicting, unmined_since, created_at, preserve_until, delete_at_height, external, "
     "total_extra_recs, total_utxos, spent_utxos, blocks, conflicting_children, reassignments, "
-    "inpoints, raw"
+    "spendable_in, inpoints, utxos, raw_format, raw"
 )
-INSERT_TX = (
-    f"INSERT INTO txs ({TX_COLS}) VALUES ({', '.join(['?'] * 23)}) ON CONFLICT (txid) DO NOTHING"
-)
-INSERT_OUTPUT = (
-    "INSERT INTO outputs (txid, vout, utxo_hash, satoshis, script, frozen) VALUES (?, ?, ?, ?, ?, ?)"
-)
+INSERT_TX = f"INSERT INTO txs ({TX_COLS}) VALUES ({', '.join(['?'] * 27)}) ON CONFLICT (txid) DO NOTHING"
+RAW_NONE, RAW_TX, RAW_OUTPUTS = 0, 1, 2
 
 
 class _Raced(Exception):
     """Another writer inserted one of our txids between our check and our insert."""
 
 
-def output_rows(tx: Tx, frozen: int) -> list[tuple[bytes, int, bytes, int, bytes, int]]:
+def utxo_slots(tx: Tx) -> tuple[bytes, int]:
+    """The packed unspent slots of a transaction's outputs, and how many are real UTXOs."""
     txid = tx.txid
-    return [
-        (txid, vout, utxo_hash(txid, vout, o.script, o.satoshis), o.satoshis, o.script, frozen)
-        for vout, o in enumerate(tx.outputs)
-        if not is_data_carrier(o.satoshis, o.script)
-    ]
+    parts = []
+    n = 0
+    for vout, o in enumerate(tx.outputs):
+        sats, script = o.satoshis, o.script
+        if sats == 0 and (script[:1] == b"\x6a" or script[:2] == b"\x00\x6a"):
+            parts.append(slots.EMPTY_SLOT)
+            continue
+        vb = bytes((vout,)) if vout < 0xFD else varint(vout)
+        sb = bytes((sats,)) if sats < 0xFD else varint(sats)
+        parts.append(sha256(txid + vb + script + sb).digest())
+        parts.append(slots.UNSPENT)
+        n += 1
+    return b"".join(parts), n
 
 
 class CreateMixin(SqlBase):
@@ -72,77 +81,125 @@ class CreateMixin(SqlBase):
         conflicting: bool = False,
         frozen: bool = False,
     ) -> list[TxMeta | UtxoError]:
-        results: list[TxMeta | UtxoError] = [None] * len(txs)  # type: ignore[list-item]
+        results: list[TxMeta | UtxoError | None] = [None] * len(txs)
         fees = self._fees(txs)
         height = self._height(block_height)
         now = int(time.time() * 1000)
         blocks = [[b.block_id, b.block_height, b.subtree_idx] for b in mined_block_infos]
         blocks_json = json.dumps(blocks, separators=(",", ":"))
+        block_ids = [b[0] for b in blocks]
+        block_heights = [b[1] for b in blocks]
+        subtree_idxs = [b[2] for b in blocks]
         unmined_since = None if blocks else block_height
         seen: set[bytes] = set()
-        todo: list[tuple[int, Tx, TxMeta, tuple[Any, ...], list[Any]]] = []
+        todo: list[tuple[int, bytes, tuple[Any, ...]]] = []
         for i, tx in enumerate(txs):
+            txid = tx.txid
             if not tx.outputs:
-                results[i] = ProcessingError(f"tx {tx.txid_hex} has no outputs", txid=tx.txid)
+                results[i] = ProcessingError(f"tx {tx.txid_hex} has no outputs", txid=txid)
                 continue
-            if tx.txid in seen:
-                results[i] = TxExists(f"tx {tx.txid_hex} appears twice in the batch", txid=tx.txid)
+            if txid in seen:
+                results[i] = TxExists(f"tx {tx.txid_hex} appears twice in the batch", txid=txid)
                 continue
-            seen.add(tx.txid)
-            outs = output_rows(tx, int(frozen))
-            coinbase = tx.is_coinbase
+            seen.add(txid)
+            packed, n_utxos = utxo_slots(tx)
+            if frozen:
+                packed = b"".join(
+                    s if s[:32] == slots.NO_HASH else s[:32] + slots.FROZEN
+                    for s in (packed[k : k + slots.SLOT] for k in range(0, len(packed), slots.SLOT))
+                )
+            ins = tx.inputs
+            coinbase = len(ins) == 1 and ins[0].prev_vout == 0xFFFFFFFF and ins[0].prev_txid == slots.NO_HASH
+            inpoints = [] if coinbase else [(i.prev_txid, i.prev_vout) for i in ins]
             spending_height = block_height + COINBASE_MATURITY if coinbase else 0
-            inpoints = tx.inpoints()
-            inpoints_blob = b"".join(t + v.to_bytes(4, "little") for t, v in inpoints)
             dah = next_dah(
-                current=None, conflicting=conflicting, locked=locked, preserve_until=None, spent=0,
-                utxos=len(outs), mined_on_longest=bool(blocks), height=height,
+                current=None,
+                conflicting=conflicting,
+                locked=locked,
+                preserve_until=None,
+                spent=0,
+                utxos=n_utxos,
+                mined_on_longest=bool(blocks),
+                height=height,
                 retention=self.retention,
             )
             row = (
-                tx.txid, tx.version, tx.locktime, fees[i], tx.size, int(coinbase), spending_height,
-                int(locked), 0, int(conflicting), unmined_since, now, None, dah, 0, 0, len(outs), 0,
-                blocks_json, b"", "[]", inpoints_blob, tx.raw,
+                txid,
+                tx.version,
+                tx.locktime,
+                fees[i],
+                len(tx.raw),
+                int(coinbase),
+                spending_height,
+                int(locked),
+                0,
+                int(conflicting),
+                unmined_since,
+                now,
+                None,
+                dah,
+                0,
+                0,
+                n_utxos,
+                0,
+                blocks_json,
+                b"",
+                "[]",
+                "{}",
+                b"".join([t + v.to_bytes(4, "little") for t, v in inpoints]),
+                packed,
+                RAW_TX,
+                tx.raw,
             )
-            meta = TxMeta(
-                txid=tx.txid, fee=fees[i], size_in_bytes=tx.size, is_coinbase=coinbase,
-                version=tx.version, locktime=tx.locktime, inpoints=inpoints, locked=locked,
-                conflicting=conflicting, unmined_since=unmined_since, created_at=now,
-                delete_at_height=dah, spending_height=spending_height,
-                block_ids=[b[0] for b in blocks], block_heights=[b[1] for b in blocks],
-                subtree_idxs=[b[2] for b in blocks], total_utxos=len(outs), tx=tx,
+            results[i] = TxMeta(
+                txid=txid,
+                fee=fees[i],
+                size_in_bytes=len(tx.raw),
+                is_coinbase=coinbase,
+                version=tx.version,
+                locktime=tx.locktime,
+                inpoints=inpoints,
+                locked=locked,
+                conflicting=conflicting,
+                unmined_since=unmined_since,
+                created_at=now,
+                delete_at_height=dah,
+                spending_height=spending_height,
+                block_ids=block_ids,
+                block_heights=block_heights,
+                subtree_idxs=subtree_idxs,
+                total_utxos=n_utxos,
+                tx=tx,
             )
-            todo.append((i, tx, meta, row, outs))
+            todo.append((i, txid, row))
+
+        dups = self._insert_new("create", todo)
+        for i in dups:
+            txid = txs[i].txid
+            results[i] = TxExists(f"tx {hash_to_hex(txid)} already exists", txid=txid)
+        return results  # type: ignore[return-value]
+
+    def _insert_new(self, what: str, todo: list[tuple[int, bytes, tuple[Any, ...]]]) -> list[int]:
+        """Insert the rows whose txid is not stored yet; return the indexes of those that were."""
 
         def unit(cur: Any) -> list[int]:
             existing: set[bytes] = set()
-            for part in chunks([t[1].txid for t in todo]):
+            for part in chunks([t[1] for t in todo]):
                 existing.update(bytes(r[0]) for r in self._select_txs(cur, "txid", part, False))
-            new = [t for t in todo if t[1].txid not in existing]
-            new.sort(key=lambda t: t[1].txid)  # one insertion order for every writer: no deadlocks
-            if new:
-                cur.executemany(self._q(INSERT_TX), [t[3] for t in new])
+            new = sorted((t for t in todo if t[1] not in existing), key=lambda t: t[1])
+            if new:  # sorted by txid: one insertion order for every writer, so no deadlocks
+                ids = self._reserve_ids(cur, len(new))
+                cur.executemany(self._q(INSERT_TX), [(i, *t[2]) for i, t in zip(ids, new)])
                 if cur.rowcount != len(new):
                     raise _Raced()
-                cur.executemany(self._q(INSERT_OUTPUT), [o for t in new for o in t[4]])
-            return [t[0] for t in todo if t[1].txid in existing]
+            return [t[0] for t in todo if t[1] in existing]
 
         for _attempt in range(self.max_retries):
             try:
-                dup_idx = self._run_write("create", unit)
-                break
+                return self._run_write(what, unit)
             except _Raced:
                 continue
-        else:
-            raise ProcessingError("create kept racing with concurrent creators of the same txids")
-        dups = set(dup_idx)
-        for i, tx, meta, _row, _outs in todo:
-            results[i] = (
-                TxExists(f"tx {hash_to_hex(tx.txid)} already exists", txid=tx.txid)
-                if i in dups
-                else meta
-            )
-        return results
+        raise ProcessingError(f"{what} kept racing with concurrent creators of the same txids")
 
     def _fees(self, txs: Sequence[Tx]) -> list[int | None]:
         """Each tx's fee; previous outputs a non-extended tx lacks come from the batch or store."""
@@ -177,43 +234,82 @@ class CreateMixin(SqlBase):
         return fees
 
 
-class ImportMixin(SqlBase):
+class ImportMixin(CreateMixin):
     def import_utxos(self, utxos: Sequence[Utxo], block_id: int = 0) -> int:
         """Seed records from a UTXO snapshot (no raw transactions): one record per txid, mined at
-        each entry's height, holding just the listed outputs. Existing txids are TxExists."""
+        its entries' height, holding just the listed outputs. Any txid already stored is
+        TxExists and nothing is imported."""
         by_tx: dict[bytes, list[Utxo]] = {}
         for u in utxos:
             by_tx.setdefault(u.txid, []).append(u)
         now = int(time.time() * 1000)
         height = self._height()
-        tx_rows = []
-        out_rows = []
-        for txid, us in sorted(by_tx.items()):
+        todo: list[tuple[int, bytes, tuple[Any, ...]]] = []
+        count = 0
+        for k, (txid, us) in enumerate(sorted(by_tx.items())):
+            us.sort(key=lambda u: u.vout)
             h = us[0].height or 0
             coinbase = us[0].coinbase
-            slots = [u for u in us if not is_data_carrier(u.satoshis, u.script)]
+            hashes: list[bytes | None] = [None] * (us[-1].vout + 1)
+            for u in us:
+                if not is_data_carrier(u.satoshis, u.script):
+                    hashes[u.vout] = utxo_hash(txid, u.vout, u.script, u.satoshis)
+            n = sum(h is not None for h in hashes)
+            count += n
             dah = next_dah(
-                current=None, conflicting=False, locked=False, preserve_until=None, spent=0,
-                utxos=len(slots), mined_on_longest=True, height=height, retention=self.retention,
+                current=None,
+                conflicting=False,
+                locked=False,
+                preserve_until=None,
+                spent=0,
+                utxos=n,
+                mined_on_longest=True,
+                height=height,
+                retention=self.retention,
             )
-            tx_rows.append((
-                txid, 0, 0, None, 0, int(coinbase), h + COINBASE_MATURITY if coinbase else 0,
-                0, 0, 0, None, now, None, dah, 0, 0, len(slots), 0,
-                json.dumps([[block_id, h, 0]], separators=(",", ":")), b"", "[]", b"", None,
-            ))
-            out_rows += [
-                (txid, u.vout, utxo_hash(txid, u.vout, u.script, u.satoshis), u.satoshis, u.script, 0)
-                for u in slots
-            ]
+            todo.append(
+                (
+                    k,
+                    txid,
+                    (
+                        txid,
+                        0,
+                        0,
+                        None,
+                        0,
+                        int(coinbase),
+                        h + COINBASE_MATURITY if coinbase else 0,
+                        0,
+                        0,
+                        0,
+                        None,
+                        now,
+                        None,
+                        dah,
+                        0,
+                        0,
+                        n,
+                        0,
+                        json.dumps([[block_id, h, 0]], separators=(",", ":")),
+                        b"",
+                        "[]",
+                        "{}",
+                        b"",
+                        slots.pack(hashes),
+                        RAW_OUTPUTS,
+                        slots.encode_outputs((u.vout, u.satoshis, u.script) for u in us),
+                    ),
+                )
+            )
 
         def unit(cur: Any) -> int:
-            for part in chunks([r[0] for r in tx_rows]):
+            for part in chunks([t[1] for t in todo]):
                 found = self._select_txs(cur, "txid", part, False)
                 if found:
                     t = bytes(found[0][0])
                     raise TxExists(f"snapshot tx {hash_to_hex(t)} already exists", txid=t)
-            cur.executemany(self._q(INSERT_TX), tx_rows)
-            cur.executemany(self._q(INSERT_OUTPUT), out_rows)
-            return len(out_rows)
+            ids = self._reserve_ids(cur, len(todo))
+            cur.executemany(self._q(INSERT_TX), [(i, *t[2]) for i, t in zip(ids, todo)])
+            return count
 
         return self._run_write("import_utxos", unit)

@@ -3,8 +3,9 @@
 Invariants:
 - Reads take no locks and never change anything.
 - The confirmed view is exactly CONTRACT.md's: outputs of transactions mined on the best chain
-  (and not conflicting) that no transaction mined on the best chain has spent. It is streamed
-  from the database, so listing a million UTXOs needs constant memory.
+  (and not conflicting) that no transaction mined on the best chain has spent. Records are
+  streamed in id order and spenders looked up a chunk at a time, so memory stays constant
+  however many UTXOs there are.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from chain import hash_to_hex, parse_tx
+from stores.utxo import slots
 from stores.utxo.errors import (
     Outpoint,
     ProcessingError,
+    StorageError,
     TxCoinbaseImmature,
     TxConflicting,
     TxLocked,
@@ -27,25 +30,24 @@ from stores.utxo.errors import (
 from stores.utxo.records import OutputInfo, SpendInfo, SpendStatus, TxMeta, Utxo, UtxoStats
 from stores.utxo.rules import check_spend
 from stores.utxo.sql.base import SqlBase, chunks, split_inpoints
-from stores.utxo.sql.create import TX_COLS
+from stores.utxo.sql.create import RAW_OUTPUTS, RAW_TX, TX_COLS
+from stores.utxo.sql.spend import PARENT_COLS, Parent
 
 FIELDS = frozenset(TxMeta.__dataclass_fields__)
-OUTPUT_COLS = (
-    "o.txid, o.vout, o.utxo_hash, o.satoshis, o.script, o.spending_txid, o.spending_vin, "
-    "o.frozen, o.spendable_in"
-)
 _MINED = "t.unmined_since IS NULL AND t.blocks <> '[]' AND t.conflicting = 0"
-_UNSPENT_ON_CHAIN = (
-    "(o.spending_txid IS NULL OR NOT EXISTS (SELECT 1 FROM txs s WHERE s.txid = o.spending_txid "
-    "AND s.unmined_since IS NULL AND s.blocks <> '[]'))"
-)
+_VIEW_CHUNK = 1000
+SLOT = slots.SLOT
 
 
-def _output(r: Sequence[Any]) -> OutputInfo:
-    return OutputInfo(
-        bytes(r[0]), r[1], bytes(r[2]), r[3], bytes(r[4]),
-        None if r[5] is None else bytes(r[5]), r[6], bool(r[7]), r[8],
-    )
+def record_outputs(raw_format: int, raw: bytes | None) -> dict[int, tuple[int, bytes]]:
+    """vout → (satoshis, script) of the outputs a record keeps."""
+    if raw is None:
+        return {}
+    if raw_format == RAW_TX:
+        return {v: (o.satoshis, o.script) for v, o in enumerate(parse_tx(bytes(raw)).outputs)}
+    if raw_format == RAW_OUTPUTS:
+        return slots.decode_outputs(bytes(raw))
+    return {}
 
 
 class ReadMixin(SqlBase):
@@ -57,7 +59,8 @@ class ReadMixin(SqlBase):
 
         def q(cur: Any) -> Any:
             cur.execute(self._q(f"SELECT {TX_COLS} FROM txs WHERE txid = ?"), (txid,))
-            return cur.fetchone()
+            row = cur.fetchone()
+            return None if row is None else row[1:]  # drop the internal id
 
         r = self._run_read("get", q)
         if r is None:
@@ -65,51 +68,82 @@ class ReadMixin(SqlBase):
         blocks = json.loads(r[18])
         kids = bytes(r[19])
         meta = TxMeta(
-            txid=bytes(r[0]), version=r[1], locktime=r[2], fee=r[3], size_in_bytes=r[4],
-            is_coinbase=bool(r[5]), spending_height=r[6], locked=bool(r[7]), creating=bool(r[8]),
-            conflicting=bool(r[9]), unmined_since=r[10], created_at=r[11], preserve_until=r[12],
-            delete_at_height=r[13], external=bool(r[14]), total_extra_recs=r[15],
-            total_utxos=r[16], spent_utxos=r[17], block_ids=[b[0] for b in blocks],
-            block_heights=[b[1] for b in blocks], subtree_idxs=[b[2] for b in blocks],
+            txid=bytes(r[0]),
+            version=r[1],
+            locktime=r[2],
+            fee=r[3],
+            size_in_bytes=r[4],
+            is_coinbase=bool(r[5]),
+            spending_height=r[6],
+            locked=bool(r[7]),
+            creating=bool(r[8]),
+            conflicting=bool(r[9]),
+            unmined_since=r[10],
+            created_at=r[11],
+            preserve_until=r[12],
+            delete_at_height=r[13],
+            external=bool(r[14]),
+            total_extra_recs=r[15],
+            total_utxos=r[16],
+            spent_utxos=r[17],
+            block_ids=[b[0] for b in blocks],
+            block_heights=[b[1] for b in blocks],
+            subtree_idxs=[b[2] for b in blocks],
             conflicting_children=[kids[i : i + 32] for i in range(0, len(kids), 32)],
-            reassignments=json.loads(r[20]), inpoints=split_inpoints(bytes(r[21])),
+            reassignments=json.loads(r[20]),
+            inpoints=split_inpoints(bytes(r[22])),
         )
-        if (fields is None or "tx" in fields) and r[22] is not None:
-            meta.tx = parse_tx(bytes(r[22]))
+        if (fields is None or "tx" in fields) and r[24] == RAW_TX:
+            meta.tx = parse_tx(bytes(r[25]))
         return meta
 
     def get_outputs(self, outpoints: Sequence[Outpoint]) -> dict[Outpoint, OutputInfo]:
-        keys = sorted(set(outpoints))
+        wanted: dict[bytes, list[int]] = {}
+        for t, v in outpoints:
+            wanted.setdefault(t, []).append(v)
 
-        def q(cur: Any) -> dict[Outpoint, OutputInfo]:
-            out: dict[Outpoint, OutputInfo] = {}
-            for part in chunks(keys):
-                for r in self._select_outputs(cur, OUTPUT_COLS, part):
-                    info = _output(r)
-                    out[(info.txid, info.vout)] = info
-            return out
+        def q(cur: Any) -> list[Any]:
+            rows = []
+            for part in chunks(sorted(wanted)):
+                rows += self._select_txs(cur, "txid, utxos, spendable_in, raw_format, raw", part, False)
+            return rows
 
-        return self._run_read("get_outputs", q)
+        out: dict[Outpoint, OutputInfo] = {}
+        for r in self._run_read("get_outputs", q):
+            txid, utxos = bytes(r[0]), bytes(r[1])
+            spendable = json.loads(r[2])
+            outputs: dict[int, tuple[int, bytes]] | None = None
+            for vout in wanted[txid]:
+                h, sp_txid, sp_vin, frozen = (
+                    slots.decode(utxos[vout * SLOT : vout * SLOT + SLOT])
+                    if (vout * SLOT + SLOT <= len(utxos))
+                    else (None, None, None, False)
+                )
+                if h is None:
+                    continue
+                if outputs is None:
+                    outputs = record_outputs(r[3], r[4])
+                sats, script = outputs.get(vout, (0, b""))
+                out[(txid, vout)] = OutputInfo(
+                    txid, vout, h, sats, script, sp_txid, sp_vin, frozen, spendable.get(str(vout))
+                )
+        return out
 
     def get_output(self, outpoint: Outpoint) -> OutputInfo | None:
         return self.get_outputs([outpoint]).get(outpoint)
 
     def get_spend(self, outpoint: Outpoint, utxo_hash: bytes) -> SpendInfo:
-        def q(cur: Any) -> tuple[Any, Any]:
-            parents = self._select_txs(
-                cur, "txid, creating, conflicting, locked, is_coinbase, spending_height", [outpoint[0]], False
-            )
-            outs = self._select_outputs(cur, OUTPUT_COLS, [outpoint])
-            return (parents[0] if parents else None), (outs[0] if outs else None)
-
-        p, o = self._run_read("get_spend", q)
-        info = None if o is None else _output(o)
+        rows = self._run_read(
+            "get_spend", lambda cur: self._select_txs(cur, PARENT_COLS, [outpoint[0]], False)
+        )
+        p = Parent(rows[0]) if rows else None
         err = check_spend(
-            outpoint, utxo_hash, (b"", -1), self.block_height,
-            None if p is None else (bool(p[1]), bool(p[2]), bool(p[3]), bool(p[4]), p[5]),
-            None if info is None else (
-                info.utxo_hash, info.spending_txid, info.spending_vin, info.frozen, info.spendable_in
-            ),
+            outpoint,
+            utxo_hash,
+            (b"", -1),
+            self.block_height,
+            None if p is None else p.check,
+            None if p is None else p.output(outpoint[1]),
         )
         if err is None:
             return SpendInfo(SpendStatus.OK)
@@ -126,38 +160,69 @@ class ReadMixin(SqlBase):
         return SpendInfo(SpendStatus.NOT_FOUND)
 
     def iter_utxos(self, *, confirmed: bool = True, script: bytes | None = None) -> Iterator[Utxo]:
-        where = f"{_MINED} AND {_UNSPENT_ON_CHAIN}" if confirmed else (
-            "o.spending_txid IS NULL AND t.conflicting = 0"
-        )
-        params: list[Any] = []
-        if script is not None:
-            where += " AND o.script = ?"
-            params.append(script)
+        where = _MINED if confirmed else "t.conflicting = 0"
         sql = (
-            "SELECT o.txid, o.vout, o.satoshis, o.script, t.blocks, t.is_coinbase "
-            f"FROM outputs o JOIN txs t ON t.txid = o.txid WHERE {where} ORDER BY o.txid, o.vout"
+            "SELECT t.txid, t.utxos, t.raw_format, t.raw, t.blocks, t.is_coinbase "
+            f"FROM txs t WHERE {where} ORDER BY t.id"
         )
-        last_blocks: str | None = None
-        height: int | None = None
+        batch: list[Any] = []
         try:
-            for r in self._stream(self._q(sql), params):
-                if r[4] != last_blocks:
-                    last_blocks = r[4]
-                    heights = [b[1] for b in json.loads(r[4])]
-                    height = min(heights) if heights else None
-                yield Utxo(bytes(r[0]), r[1], r[2], bytes(r[3]), height, bool(r[5]))
+            for r in self._stream(self._q(sql), ()):
+                batch.append(r)
+                if len(batch) >= _VIEW_CHUNK:
+                    yield from self._emit(batch, confirmed, script)
+                    batch = []
+            yield from self._emit(batch, confirmed, script)
         except self._db_errors() as e:
-            from stores.utxo.errors import StorageError
-
             raise StorageError(f"listing UTXOs failed in {self.url_safe}: {e}") from e
 
-    def stats(self) -> UtxoStats:
-        def q(cur: Any) -> Any:
-            cur.execute(
-                "SELECT COUNT(*), COALESCE(SUM(o.satoshis), 0), COUNT(DISTINCT o.txid) "
-                f"FROM outputs o JOIN txs t ON t.txid = o.txid WHERE {_MINED} AND {_UNSPENT_ON_CHAIN}"
-            )
-            return cur.fetchone()
+    def _emit(self, rows: list[Any], confirmed: bool, script: bytes | None) -> Iterator[Utxo]:
+        spenders: set[bytes] = set()
+        decoded = []
+        for r in rows:
+            utxos = bytes(r[1])
+            entries = [slots.decode(utxos[k : k + SLOT]) for k in range(0, len(utxos), SLOT)]
+            decoded.append(entries)
+            if confirmed:
+                spenders.update(e[1] for e in entries if e[1] is not None)
+        on_chain = self._mined_on_chain(spenders) if spenders else set()
+        for r, entries in zip(rows, decoded):
+            live = [
+                v
+                for v, (h, sp, _vin, _fz) in enumerate(entries)
+                if h is not None and (sp is None or (confirmed and sp not in on_chain))
+            ]
+            if not live:
+                continue
+            outputs = record_outputs(r[2], r[3])
+            heights = [b[1] for b in json.loads(r[4])]
+            height = min(heights) if heights else None
+            txid, coinbase = bytes(r[0]), bool(r[5])
+            for v in live:
+                sats, scr = outputs.get(v, (0, b""))
+                if script is None or scr == script:
+                    yield Utxo(txid, v, sats, scr, height, coinbase)
 
-        n, sats, txs = self._run_read("stats", q)
-        return UtxoStats(utxos=int(n), satoshis=int(sats), txs=int(txs), height=self.block_height)
+    def _mined_on_chain(self, txids: set[bytes]) -> set[bytes]:
+        def q(cur: Any) -> set[bytes]:
+            found: set[bytes] = set()
+            for part in chunks(sorted(txids)):
+                found.update(
+                    bytes(r[0])
+                    for r in self._select_txs(cur, "txid, unmined_since, blocks", part, False)
+                    if r[1] is None and r[2] != "[]"
+                )
+            return found
+
+        return self._run_read("spender lookup", q)
+
+    def stats(self) -> UtxoStats:
+        n = sats = txs = 0
+        last = b""
+        for u in self.iter_utxos(confirmed=True):  # grouped by record: count txid changes
+            n += 1
+            sats += u.satoshis
+            if u.txid != last:
+                txs += 1
+                last = u.txid
+        return UtxoStats(utxos=n, satoshis=sats, txs=txs, height=self.block_height)

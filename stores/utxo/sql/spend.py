@@ -1,21 +1,22 @@
 """Spending, unspending, and the per-output states freeze / unfreeze / reassign.
 
 Invariants:
-- A transaction's spend is all-or-nothing: its inputs are checked against the rows read under
-  lock (and against earlier transactions of the same batch), and only a transaction whose every
-  input passes has its spends written.
-- `spent_utxos` of a parent always equals the number of its output rows with spending data, and
+- A transaction's spend is all-or-nothing: its inputs are checked against the parent records
+  read under lock (and against earlier transactions of the same batch), and only a transaction
+  whose every input passes has its spends written.
+- `spent_utxos` of a record always equals the number of its slots holding spending data, and
   its delete-at-height is recomputed in the same database transaction that changes the count.
-- Unspend clears only a spend whose stored spender equals the one given.
+- Unspend clears only a spend whose stored spender (txid and input index) equals the one given.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from chain import Tx, hash_to_hex, utxo_hash
+from stores.utxo import slots
 from stores.utxo.errors import (
     Outpoint,
     ProcessingError,
@@ -31,59 +32,90 @@ from stores.utxo.records import Spend
 from stores.utxo.rules import REASSIGN_DELAY, check_spend, next_dah
 from stores.utxo.sql.base import SqlBase, chunks
 
-SPEND_PARENT_COLS = (
-    "txid, creating, conflicting, locked, is_coinbase, spending_height, total_utxos, spent_utxos, "
-    "unmined_since, preserve_until, delete_at_height, blocks"
+PARENT_COLS = (
+    "id, txid, creating, conflicting, locked, is_coinbase, spending_height, total_utxos, "
+    "spent_utxos, unmined_since, preserve_until, delete_at_height, blocks, utxos, spendable_in, "
+    "reassignments"
 )
-OUT_COLS = "o.txid, o.vout, o.utxo_hash, o.spending_txid, o.spending_vin, o.frozen, o.spendable_in"
-SET_SPEND = "UPDATE outputs SET spending_txid = ?, spending_vin = ? WHERE txid = ? AND vout = ?"
-SET_COUNT = "UPDATE txs SET spent_utxos = ?, delete_at_height = ? WHERE txid = ?"
+SET_SPENDS = "UPDATE txs SET utxos = ?, spent_utxos = ?, delete_at_height = ? WHERE id = ?"
+SET_OUTPUT_STATE = (
+    "UPDATE txs SET utxos = ?, spent_utxos = ?, delete_at_height = ?, spendable_in = ?, "
+    "reassignments = ? WHERE id = ?"
+)
+SLOT = slots.SLOT
+UNSPENT = slots.UNSPENT
+NO_HASH = slots.NO_HASH
 
 
-class _Parent:
-    __slots__ = ("check", "total", "spent", "unmined", "preserve", "dah", "mined", "changed")
+class Parent:
+    """A parent record read under lock: its checks, counters and a mutable copy of its slots."""
+
+    __slots__ = (
+        "changed",
+        "check",
+        "coinbase",
+        "dah",
+        "id",
+        "mined",
+        "ok",
+        "preserve",
+        "reassignments",
+        "spendable",
+        "spending_height",
+        "spent",
+        "total",
+        "utxos",
+    )
 
     def __init__(self, r: tuple[Any, ...]) -> None:
-        self.check = (bool(r[1]), bool(r[2]), bool(r[3]), bool(r[4]), r[5])
-        self.total, self.spent = r[6], r[7]
-        self.unmined, self.preserve, self.dah = r[8], r[9], r[10]
-        self.mined = r[8] is None and r[11] != "[]"
+        self.id: int = r[0]
+        self.check = (bool(r[2]), bool(r[3]), bool(r[4]), bool(r[5]), r[6])
+        self.ok = not (r[2] or r[3] or r[4])
+        self.coinbase = bool(r[5])
+        self.spending_height: int = r[6]
+        self.total: int = r[7]
+        self.spent: int = r[8]
+        self.mined = r[9] is None and r[12] != "[]"
+        self.preserve: int | None = r[10]
+        self.dah: int | None = r[11]
+        self.utxos = bytearray(r[13])
+        self.spendable: dict[str, int] = json.loads(r[14]) if r[14] != "{}" else {}
+        self.reassignments: str = r[15]
         self.changed = False
 
-    def dah_after(self, height: int, retention: int) -> int | None:
-        creating, conflicting, locked, _cb, _sh = self.check
+    def output(self, vout: int) -> tuple[bytes, bytes | None, int | None, bool, int | None] | None:
+        """(utxo_hash, spending_txid, spending_vin, frozen, spendable_in), or None: no such UTXO."""
+        off = vout * SLOT
+        slot = bytes(self.utxos[off : off + SLOT])
+        if len(slot) != SLOT:
+            return None
+        h, sp_txid, sp_vin, frozen = slots.decode(slot)
+        if h is None:
+            return None
+        return h, sp_txid, sp_vin, frozen, self.spendable.get(str(vout))
+
+    def new_dah(self, height: int, retention: int) -> int | None:
+        _creating, conflicting, locked, _cb, _sh = self.check
         return next_dah(
-            current=self.dah, conflicting=conflicting, locked=locked, preserve_until=self.preserve,
-            spent=self.spent, utxos=self.total, mined_on_longest=self.mined, height=height,
+            current=self.dah,
+            conflicting=conflicting,
+            locked=locked,
+            preserve_until=self.preserve,
+            spent=self.spent,
+            utxos=self.total,
+            mined_on_longest=self.mined,
+            height=height,
             retention=retention,
         )
 
 
 class SpendMixin(SqlBase):
-    def _lock_parents(self, cur: Any, txids: set[bytes]) -> dict[bytes, _Parent]:
-        parents: dict[bytes, _Parent] = {}
+    def _lock_parents(self, cur: Any, txids: set[bytes]) -> dict[bytes, Parent]:
+        parents: dict[bytes, Parent] = {}
         for part in chunks(sorted(txids)):
-            for r in self._select_txs(cur, SPEND_PARENT_COLS, part, True):
-                parents[bytes(r[0])] = _Parent(r)
+            for r in self._select_txs(cur, PARENT_COLS, part, True):
+                parents[bytes(r[1])] = Parent(r)
         return parents
-
-    def _load_outputs(self, cur: Any, keys: list[Outpoint]) -> dict[Outpoint, list[Any]]:
-        outs: dict[Outpoint, list[Any]] = {}
-        for part in chunks(keys):
-            for r in self._select_outputs(cur, OUT_COLS, part):
-                outs[(bytes(r[0]), r[1])] = [
-                    bytes(r[2]), None if r[3] is None else bytes(r[3]), r[4], bool(r[5]), r[6]
-                ]
-        return outs
-
-    def _write_counts(self, cur: Any, parents: dict[bytes, _Parent], height: int) -> None:
-        rows = []
-        for txid, p in parents.items():
-            if p.changed:
-                p.dah = p.dah_after(height, self.retention)
-                rows.append((p.spent, p.dah, txid))
-        if rows:
-            cur.executemany(self._q(SET_COUNT), rows)
 
     def spend(self, tx: Tx, block_height: int) -> list[Spend]:
         (r,) = self.spend_many([tx], block_height)
@@ -92,148 +124,210 @@ class SpendMixin(SqlBase):
         return r
 
     def spend_many(self, txs: Sequence[Tx], block_height: int) -> list[list[Spend] | UtxoError]:
-        plans: list[list[tuple[int, Outpoint, bytes | None]]] = []
-        keys: set[Outpoint] = set()
+        plans: list[list[tuple[int, bytes, int, bytes | None]]] = []
+        parent_ids: set[bytes] = set()
         for tx in txs:
             plan = []
-            if not tx.is_coinbase:
-                for vin, i in enumerate(tx.inputs):
-                    op = (i.prev_txid, i.prev_vout)
+            ins = tx.inputs
+            if not (len(ins) == 1 and ins[0].prev_vout == 0xFFFFFFFF and ins[0].prev_txid == NO_HASH):
+                for vin, i in enumerate(ins):
+                    ps, pscript = i.prev_satoshis, i.prev_script
                     expected = (
-                        utxo_hash(i.prev_txid, i.prev_vout, i.prev_script, i.prev_satoshis)
-                        if i.prev_script is not None and i.prev_satoshis is not None
+                        utxo_hash(i.prev_txid, i.prev_vout, pscript, ps)
+                        if pscript is not None and ps is not None
                         else None
                     )
-                    plan.append((vin, op, expected))
-                    keys.add(op)
+                    plan.append((vin, i.prev_txid, i.prev_vout, expected))
+                    parent_ids.add(i.prev_txid)
             plans.append(plan)
         height = self._height(block_height)
 
         def unit(cur: Any) -> list[list[Spend] | UtxoError]:
-            parents = self._lock_parents(cur, {k[0] for k in keys})
-            outs = self._load_outputs(cur, sorted(keys))
+            parents = self._lock_parents(cur, parent_ids)
             results: list[list[Spend] | UtxoError] = []
-            writes: list[tuple[bytes, int, bytes, int]] = []
             for tx, plan in zip(txs, plans):
-                errors: list[tuple[int, UtxoError]] = []
-                spends: list[Spend] = []
-                fresh: list[tuple[Outpoint, int]] = []
-                for vin, op, expected in plan:
-                    p = parents.get(op[0])
-                    o = outs.get(op)
-                    err = check_spend(
-                        op, expected, (tx.txid, vin), block_height,
-                        None if p is None else p.check,
-                        None if o is None else (o[0], o[1], o[2], o[3], o[4]),
-                    )
-                    if err is not None:
-                        errors.append((vin, err))
-                        continue
-                    assert o is not None
-                    spends.append(Spend(op[0], op[1], o[0], tx.txid, vin))
-                    if o[1] is None:
-                        fresh.append((op, vin))
-                if errors:
-                    results.append(SpendRejected(tx.txid, errors))
-                    continue
-                seen: set[Outpoint] = set()
-                for op, vin in fresh:
-                    if op in seen:  # one tx spending the same outpoint twice
-                        results.append(SpendRejected(tx.txid, [(vin, UtxoSpent(
-                            f"output {fmt_outpoint(op)} is spent twice by the same tx",
-                            outpoint=op, spending_txid=tx.txid, spending_vin=vin))]))
-                        break
-                    seen.add(op)
-                else:
-                    for op, vin in fresh:
-                        o = outs[op]
-                        o[1], o[2] = tx.txid, vin
-                        p = parents[op[0]]
-                        p.spent += 1
-                        p.changed = True
-                        writes.append((tx.txid, vin, op[0], op[1]))
-                    results.append(spends)
-            if writes:
-                cur.executemany(self._q(SET_SPEND), writes)
-            self._write_counts(cur, parents, height)
+                results.append(self._spend_one(tx.txid, plan, parents, block_height))
+            rows = []
+            for p in parents.values():
+                if p.changed:
+                    p.dah = p.new_dah(height, self.retention)
+                    rows.append((bytes(p.utxos), p.spent, p.dah, p.id))
+            if rows:
+                cur.executemany(self._q(SET_SPENDS), rows)
             return results
 
         return self._run_write("spend", unit)
 
+    @staticmethod
+    def _spend_one(
+        txid: bytes,
+        plan: list[tuple[int, bytes, int, bytes | None]],
+        parents: dict[bytes, Parent],
+        block_height: int,
+    ) -> list[Spend] | UtxoError:
+        spends: list[Spend] = []
+        fresh: list[tuple[Parent, int, bytes, int]] = []  # (parent, slot offset, spending data, vin)
+        errors: list[tuple[int, UtxoError]] = []
+        for vin, ptxid, vout, expected in plan:
+            p = parents.get(ptxid)
+            mine = txid + vin.to_bytes(4, "little")
+            if (
+                p is not None
+                and p.ok
+                and not p.spendable
+                and not (p.coinbase and block_height < p.spending_height)
+            ):
+                off = vout * SLOT
+                slot = p.utxos[off : off + SLOT]
+                h = bytes(slot[:32])
+                if len(slot) == SLOT and h != NO_HASH and (expected is None or expected == h):
+                    sp = slot[32:]
+                    if sp == UNSPENT:  # the common case: decided without the full rule walk
+                        spends.append(Spend(ptxid, vout, h, txid, vin))
+                        fresh.append((p, off, mine, vin))
+                        continue
+                    if sp == mine:
+                        spends.append(Spend(ptxid, vout, h, txid, vin))
+                        continue
+            out = None if p is None else p.output(vout)
+            err = check_spend(
+                (ptxid, vout),
+                expected,
+                (txid, vin),
+                block_height,
+                None if p is None else p.check,
+                out,
+            )
+            if err is not None:
+                errors.append((vin, err))
+            else:
+                assert out is not None and p is not None
+                spends.append(Spend(ptxid, vout, out[0], txid, vin))
+                if out[1] is None:
+                    fresh.append((p, vout * SLOT, mine, vin))
+        seen: dict[tuple[int, int], int] = {}
+        for p, off, _mine, vin in fresh:
+            first = seen.setdefault((p.id, off), vin)
+            if first != vin:
+                op = (next(s.txid for s in spends if s.spending_vin == vin), off // SLOT)
+                errors.append(
+                    (
+                        vin,
+                        UtxoSpent(
+                            f"output {fmt_outpoint(op)} is spent twice by the same tx "
+                            f"(inputs {first} and {vin})",
+                            outpoint=op,
+                            spending_txid=txid,
+                            spending_vin=first,
+                        ),
+                    )
+                )
+        if errors:
+            return SpendRejected(txid, sorted(errors, key=lambda e: e[0]))
+        for p, off, mine, _vin in fresh:
+            p.utxos[off + 32 : off + SLOT] = mine
+            p.spent += 1
+            p.changed = True
+        return spends
+
     def unspend(self, spends: Sequence[Spend]) -> list[bool]:
-        keys = sorted({(s.txid, s.vout) for s in spends})
         height = self._height()
 
         def unit(cur: Any) -> list[bool]:
-            parents = self._lock_parents(cur, {k[0] for k in keys})
-            outs = self._load_outputs(cur, keys)
+            parents = self._lock_parents(cur, {s.txid for s in spends})
             cleared: list[bool] = []
-            writes = []
             for s in spends:
-                o = outs.get((s.txid, s.vout))
-                if o is None or o[1] != s.spending_txid or o[2] != s.spending_vin or o[3]:
+                p = parents.get(s.txid)
+                off = s.vout * SLOT
+                if p is None or p.utxos[off + 32 : off + SLOT] != slots.spending_data(
+                    s.spending_txid, s.spending_vin
+                ):
                     cleared.append(False)
                     continue
-                o[1] = o[2] = None
-                p = parents[s.txid]
+                p.utxos[off + 32 : off + SLOT] = UNSPENT
                 p.spent -= 1
                 p.changed = True
-                writes.append((None, None, s.txid, s.vout))
                 cleared.append(True)
-            if writes:
-                cur.executemany(self._q(SET_SPEND), writes)
-            self._write_counts(cur, parents, height)
+            self._write_parents(cur, parents, height)
             return cleared
 
         return self._run_write("unspend", unit)
 
+    def _write_parents(self, cur: Any, parents: dict[bytes, Parent], height: int) -> None:
+        rows = []
+        for p in parents.values():
+            if p.changed:
+                p.dah = p.new_dah(height, self.retention)
+                rows.append(
+                    (
+                        bytes(p.utxos),
+                        p.spent,
+                        p.dah,
+                        json.dumps(p.spendable) if p.spendable else "{}",
+                        p.reassignments,
+                        p.id,
+                    )
+                )
+        if rows:
+            cur.executemany(self._q(SET_OUTPUT_STATE), rows)
+
     # -- freeze / unfreeze / reassign --------------------------------------------------------------
     def _per_output(
-        self, what: str, items: Sequence[tuple[Outpoint, bytes]], act: Any
+        self,
+        what: str,
+        items: Sequence[tuple[Outpoint, bytes]],
+        act: Callable[[Outpoint, Parent, int, tuple[Any, ...]], UtxoError | None],
     ) -> list[UtxoError | None]:
-        keys = sorted({op for op, _h in items})
+        height = self._height()
 
         def unit(cur: Any) -> list[UtxoError | None]:
-            parents = self._lock_parents(cur, {k[0] for k in keys})
-            outs = self._load_outputs(cur, keys)
+            parents = self._lock_parents(cur, {op[0] for op, _h in items})
             result: list[UtxoError | None] = []
             for op, h in items:
-                o = outs.get(op)
-                if op[0] not in parents:
+                p = parents.get(op[0])
+                out = None if p is None else p.output(op[1])
+                if p is None:
                     result.append(TxNotFound(f"tx of {fmt_outpoint(op)} not found", outpoint=op))
-                elif o is None:
+                elif out is None:
                     result.append(UtxoNotFound(f"output {fmt_outpoint(op)} does not exist", outpoint=op))
-                elif o[0] != h:
-                    result.append(UtxoMismatch(
-                        f"output {fmt_outpoint(op)}: utxo hash {hash_to_hex(h)} does not match",
-                        outpoint=op))
+                elif out[0] != h:
+                    result.append(
+                        UtxoMismatch(
+                            f"output {fmt_outpoint(op)}: utxo hash {hash_to_hex(h)} does not match",
+                            outpoint=op,
+                        )
+                    )
                 else:
-                    result.append(act(cur, op, o))
+                    result.append(act(op, p, op[1] * SLOT, out))
+            self._write_parents(cur, parents, height)
             return result
 
         return self._run_write(what, unit)
 
     def freeze(self, items: Sequence[tuple[Outpoint, bytes]]) -> list[UtxoError | None]:
-        def act(cur: Any, op: Outpoint, o: list[Any]) -> UtxoError | None:
-            if o[3]:
+        def act(op: Outpoint, p: Parent, off: int, out: tuple[Any, ...]) -> UtxoError | None:
+            if out[3]:
                 return None
-            if o[1] is not None:
+            if out[1] is not None:
                 return UtxoSpent(
-                    f"output {fmt_outpoint(op)} is spent by {hash_to_hex(o[1])}:{o[2]}; "
+                    f"output {fmt_outpoint(op)} is spent by {hash_to_hex(out[1])}:{out[2]}; "
                     "only an unspent output can be frozen",
-                    outpoint=op, spending_txid=o[1], spending_vin=o[2])
-            o[3] = True
-            cur.execute(self._q("UPDATE outputs SET frozen = 1 WHERE txid = ? AND vout = ?"), op)
+                    outpoint=op,
+                    spending_txid=out[1],
+                    spending_vin=out[2],
+                )
+            p.utxos[off + 32 : off + SLOT] = slots.FROZEN
+            p.changed = True
             return None
 
         return self._per_output("freeze", items, act)
 
     def unfreeze(self, items: Sequence[tuple[Outpoint, bytes]]) -> list[UtxoError | None]:
-        def act(cur: Any, op: Outpoint, o: list[Any]) -> UtxoError | None:
-            if not o[3]:
+        def act(op: Outpoint, p: Parent, off: int, out: tuple[Any, ...]) -> UtxoError | None:
+            if not out[3]:
                 return ProcessingError(f"output {fmt_outpoint(op)} is not frozen", outpoint=op)
-            o[3] = False
-            cur.execute(self._q("UPDATE outputs SET frozen = 0 WHERE txid = ? AND vout = ?"), op)
+            p.utxos[off + 32 : off + SLOT] = UNSPENT
+            p.changed = True
             return None
 
         return self._per_output("unfreeze", items, act)
@@ -243,23 +337,24 @@ class SpendMixin(SqlBase):
         if height <= 0:
             raise ProcessingError("reassign needs the current block height (set_block_height)")
 
-        def act(cur: Any, op: Outpoint, o: list[Any]) -> UtxoError | None:
-            if not o[3]:
+        def act(op: Outpoint, p: Parent, off: int, out: tuple[Any, ...]) -> UtxoError | None:
+            if not out[3]:
                 return ProcessingError(
-                    f"output {fmt_outpoint(op)} must be frozen before it is reassigned", outpoint=op)
-            cur.execute(
-                self._q("UPDATE outputs SET utxo_hash = ?, frozen = 0, spendable_in = ? "
-                        "WHERE txid = ? AND vout = ?"),
-                (new_utxo_hash, height + REASSIGN_DELAY, op[0], op[1]),
+                    f"output {fmt_outpoint(op)} must be frozen before it is reassigned", outpoint=op
+                )
+            p.utxos[off : off + SLOT] = new_utxo_hash + UNSPENT
+            p.spendable[str(op[1])] = height + REASSIGN_DELAY
+            entries = json.loads(p.reassignments)
+            entries.append(
+                {
+                    "offset": op[1],
+                    "utxo_hash": hash_to_hex(utxo_hash),
+                    "new_utxo_hash": hash_to_hex(new_utxo_hash),
+                    "block_height": height,
+                }
             )
-            cur.execute(self._q("SELECT reassignments FROM txs WHERE txid = ?"), (op[0],))
-            entries = json.loads(cur.fetchone()[0])
-            entries.append({
-                "offset": op[1], "utxo_hash": hash_to_hex(utxo_hash),
-                "new_utxo_hash": hash_to_hex(new_utxo_hash), "block_height": height,
-            })
-            cur.execute(self._q("UPDATE txs SET reassignments = ? WHERE txid = ?"),
-                        (json.dumps(entries), op[0]))
+            p.reassignments = json.dumps(entries)
+            p.changed = True
             return None
 
         (err,) = self._per_output("reassign", [(outpoint, utxo_hash)], act)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from stores.utxo.errors import ProcessingError, TxNotFound, UtxoError
+from stores.utxo.errors import TxNotFound, UtxoError
 from stores.utxo.sql.base import SqlBase, TxState, chunks, split_inpoints
 
 
@@ -47,9 +47,7 @@ class StateMixin(SqlBase):
             states[s.txid] = s
 
         errs = self._update_states("set_mined", txids, keep, hint=block_height)
-        return [
-            e if e is not None else [b[0] for b in states[t].blocks] for t, e in zip(txids, errs)
-        ]
+        return [e if e is not None else [b[0] for b in states[t].blocks] for t, e in zip(txids, errs)]
 
     def mark_on_longest_chain(self, txids: Sequence[bytes], on: bool) -> None:
         def change(s: TxState, height: int) -> None:
@@ -84,7 +82,10 @@ class StateMixin(SqlBase):
                     ps = states.get(p)
                     if ps is None:
                         continue  # a parent already pruned: nothing to record on it
-                    kids = [ps.conflicting_children[i : i + 32] for i in range(0, len(ps.conflicting_children), 32)]
+                    kids = [
+                        ps.conflicting_children[i : i + 32]
+                        for i in range(0, len(ps.conflicting_children), 32)
+                    ]
                     if value and t not in kids:
                         kids.append(t)
                     elif not value and t in kids:
@@ -123,8 +124,10 @@ class StateMixin(SqlBase):
     def query_old_unmined(self, cutoff: int) -> list[bytes]:
         def q(cur: Any) -> list[bytes]:
             cur.execute(
-                self._q("SELECT txid FROM txs WHERE unmined_since IS NOT NULL AND unmined_since <= ? "
-                        "ORDER BY unmined_since, txid"),
+                self._q(
+                    "SELECT txid FROM txs WHERE unmined_since IS NOT NULL AND unmined_since <= ? "
+                    "ORDER BY unmined_since, txid"
+                ),
                 (cutoff,),
             )
             return [bytes(r[0]) for r in cur.fetchall()]
@@ -134,8 +137,10 @@ class StateMixin(SqlBase):
     def query_dah(self, height: int, limit: int = 1000) -> list[bytes]:
         def q(cur: Any) -> list[bytes]:
             cur.execute(
-                self._q("SELECT txid FROM txs WHERE delete_at_height IS NOT NULL AND "
-                        "delete_at_height <= ? ORDER BY delete_at_height, txid LIMIT ?"),
+                self._q(
+                    "SELECT txid FROM txs WHERE delete_at_height IS NOT NULL AND "
+                    "delete_at_height <= ? ORDER BY delete_at_height, txid LIMIT ?"
+                ),
                 (height, limit),
             )
             return [bytes(r[0]) for r in cur.fetchall()]
@@ -148,15 +153,9 @@ class StateMixin(SqlBase):
         keys = sorted(set(txids))
 
         def unit(cur: Any) -> int:
-            found = list(self._load_states(cur, keys))
+            found = [s.id for s in self._load_states(cur, keys).values()]
             if found:
-                cur.executemany(self._q("DELETE FROM outputs WHERE txid = ?"), [(t,) for t in found])
-                cur.executemany(self._q("DELETE FROM txs WHERE txid = ?"), [(t,) for t in found])
+                cur.executemany(self._q("DELETE FROM txs WHERE id = ?"), [(i,) for i in found])
             return len(found)
 
         return self._run_write("delete", unit)
-
-
-def _check_height(h: int) -> None:
-    if h <= 0:
-        raise ProcessingError(f"block height must be positive, got {h}")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from stores.utxo.sql.create import CreateMixin, ImportMixin
+from stores.utxo.sql.create import ImportMixin
 from stores.utxo.sql.read import ReadMixin
 from stores.utxo.sql.spend import SpendMixin
 from stores.utxo.sql.state import StateMixin
 
 
-class SqlUtxoStore(CreateMixin, ImportMixin, SpendMixin, StateMixin, ReadMixin):
+class SqlUtxoStore(ImportMixin, SpendMixin, StateMixin, ReadMixin):
     """Implements `stores.utxo.protocol.UtxoStore`; a backend module supplies the dialect hooks."""
 
     def __init__(self, url: str, *, retention: int = 288, batch_size: int = 20000) -> None:

@@ -1,0 +1,226 @@
+"""Store throughput: create, spend and mine N synthetic 2-in/2-out transactions in batches.
+
+    python -m bench.store [--backend sqlite|postgresql] [--txs N] [--batch B]
+
+Each batch is applied as a block would be: create its txs, spend their inputs (outputs of the
+previous batch), mark them mined. In the same run and the same database, the same rows (the
+final `txs` and `outputs` rows) are written again as plain `executemany` inserts into twin
+tables: that is the local limit, and `ratio` shows how close the store comes to it.
+The last line of stdout is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from chain import Tx, TxIn
+from chain.build import build_tx, p2pkh, spend_input
+from stores.utxo import BlockInfo, UtxoStore, open_utxo_store
+
+PG_ADMIN = os.environ.get("UTXOFLOW_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def generate(n: int, batch: int) -> tuple[list[Tx], list[list[Tx]]]:
+    """Funding txs (untimed) and N 2-in/2-out txs in batches; batch k spends batch k-1's outputs."""
+    pool_size = 2 * batch
+    per_funding = 100
+    funding = []
+    pool: deque[tuple[Tx, int]] = deque()
+    for f in range((pool_size + per_funding - 1) // per_funding):
+        parent = (10**9 + f).to_bytes(32, "big")
+        tx = build_tx(
+            [TxIn(parent, 0, b"\x51", 0xFFFFFFFF, 10**12, p2pkh(b"\x00" * 20))],
+            [(1_000_000_000, p2pkh(f.to_bytes(20, "big"))) for _ in range(per_funding)],
+        )
+        funding.append(tx)
+        pool.extend((tx, v) for v in range(per_funding))
+    batches: list[list[Tx]] = []
+    k = 0
+    while k < n:
+        txs = []
+        for _ in range(min(batch, n - k)):
+            a, b = pool.popleft(), pool.popleft()
+            ins = [spend_input(a[0], a[1]), spend_input(b[0], b[1])]
+            value = (a[0].outputs[a[1]].satoshis + b[0].outputs[b[1]].satoshis - 500) // 2
+            tx = build_tx(
+                ins, [(value, p2pkh((k % 2**32).to_bytes(4, "big") * 5)), (value, p2pkh(b"\x01" * 20))]
+            )
+            txs.append(tx)
+            pool.append((tx, 0))
+            pool.append((tx, 1))
+            k += 1
+        batches.append(txs)
+    return funding, batches
+
+
+@contextmanager
+def database(backend: str) -> Iterator[str]:
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory(prefix="utxoflow-bench-") as d:
+            yield f"sqlite:///{d}/utxo.db"
+        return
+    import psycopg
+
+    name = f"utxoflow_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run_store(store: UtxoStore, funding: list[Tx], batches: list[list[Tx]]) -> dict[str, float]:
+    store.create_many(funding, 1, [BlockInfo(0, 1)])
+    t = {"create": 0.0, "spend": 0.0, "mine": 0.0}
+    for height, txs in enumerate(batches, start=2):
+        t0 = time.perf_counter()
+        created = store.create_many(txs, height)
+        t1 = time.perf_counter()
+        spent = store.spend_many(txs, height)
+        t2 = time.perf_counter()
+        mined = store.set_mined_multi([tx.txid for tx in txs], height, height)
+        t3 = time.perf_counter()
+        bad = [r for r in (*created, *spent, *mined) if isinstance(r, Exception)]
+        if bad:
+            raise SystemExit(f"bench: store refused work: {bad[0]}")
+        t["create"] += t1 - t0
+        t["spend"] += t2 - t1
+        t["mine"] += t3 - t2
+    return t
+
+
+def run_limit(store: UtxoStore, batches: list[list[Tx]]) -> float:
+    """The same final rows (spent, mined records) as plain executemany inserts into a twin table."""
+    from stores.utxo.sql import schema
+    from stores.utxo.sql.create import INSERT_TX, utxo_slots
+
+    s: Any = store
+    sqlite = s.url.startswith("sqlite")
+
+    def twin(cur: Any) -> None:
+        cur.execute("DROP TABLE IF EXISTS bench_txs")
+        blob, bigint, opts = (
+            ("BLOB", "INTEGER", "") if sqlite else ("BYTEA", "BIGINT", " WITH (fillfactor = 85)")
+        )
+        cur.execute(schema.TXS.format(blob=blob, bigint=bigint, opts=opts).replace("txs (", "bench_txs (", 1))
+
+    s._run_write("bench twin table", twin)
+    insert = s._q(
+        INSERT_TX.replace("INTO txs", "INTO bench_txs").replace(" ON CONFLICT (txid) DO NOTHING", "")
+    )
+    ids = itertools.count(1)
+    total = 0.0
+    for height, txs in enumerate(batches, start=2):
+        # rows are built outside the timed section: the limit is the database's, not Python's
+        rows = []
+        for tx in txs:
+            packed, n = utxo_slots(tx)
+            spent = b"".join(packed[k : k + 32] + b"\x01" * 36 for k in range(0, len(packed), 68))
+            rows.append(
+                (
+                    next(ids),
+                    tx.txid,
+                    tx.version,
+                    tx.locktime,
+                    500,
+                    tx.size,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    None,
+                    0,
+                    None,
+                    height + 288,
+                    0,
+                    0,
+                    n,
+                    n,
+                    f"[[{height},{height},0]]",
+                    b"",
+                    "[]",
+                    "{}",
+                    b"\x00" * 72,
+                    spent,
+                    1,
+                    tx.raw,
+                )
+            )
+
+        def unit(cur: Any, rows: list[Any] = rows) -> None:
+            cur.executemany(insert, rows)
+
+        t0 = time.perf_counter()
+        s._run_write("bench limit", unit)
+        total += time.perf_counter() - t0
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.store", description=__doc__.split("\n")[0])
+    ap.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
+    ap.add_argument("--txs", type=int, default=100_000)
+    ap.add_argument("--batch", type=int, default=5_000, help="txs per batch (one block's worth)")
+    args = ap.parse_args(argv)
+    if args.txs <= 0 or args.batch <= 0:
+        ap.error("--txs and --batch must be positive")
+    log(f"generating {args.txs:,} txs in batches of {args.batch:,} …")
+    funding, batches = generate(args.txs, args.batch)
+    with database(args.backend) as url:
+        store = open_utxo_store(url)
+        try:
+            phases = run_store(store, funding, batches)
+            limit_s = run_limit(store, batches)
+        finally:
+            store.close()
+    n = args.txs
+    total = sum(phases.values())
+    result = {
+        "bench": "store",
+        "backend": args.backend,
+        "txs": n,
+        "batch": args.batch,
+        "create_tx_per_s": round(n / phases["create"]),
+        "spend_tx_per_s": round(n / phases["spend"]),
+        "mine_tx_per_s": round(n / phases["mine"]),
+        "tx_per_s": round(n / total),
+        "limit_tx_per_s": round(n / limit_s),
+        "ratio": round((n / total) / (n / limit_s), 3),
+        "target_tx_per_s": 20_000,
+        "target_ratio": round(1 / 3, 3),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+    }
+    log(
+        f"{args.backend}: create {result['create_tx_per_s']:,}/s, spend {result['spend_tx_per_s']:,}/s, "
+        f"mine {result['mine_tx_per_s']:,}/s → combined {result['tx_per_s']:,} tx/s; plain inserts "
+        f"{result['limit_tx_per_s']:,} tx/s (ratio {result['ratio']}); peak RSS {result['peak_rss_mb']} MB"
+    )
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,60 @@
+"""Two processes spending the same output at the same moment: exactly one wins (every backend)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from typing import Any
+
+from chain import parse_tx
+from stores.utxo import SpendRejected, UtxoSpent, UtxoStore, open_utxo_store
+from tests.stores.helpers import child, created, funding
+
+ROUNDS = 25
+
+
+def _racer(url: str, raws: list[bytes], barrier: Any, out: Any) -> None:
+    store = open_utxo_store(url)
+    results = []
+    for raw in raws:
+        tx = parse_tx(raw)
+        barrier.wait(timeout=60)
+        try:
+            store.spend(tx, 101)
+            results.append(("won", tx.txid))
+        except SpendRejected as e:
+            err = e.first
+            assert isinstance(err, UtxoSpent), err
+            results.append(("lost", err.spending_txid))
+    store.close()
+    out.put(results)
+
+
+def test_two_processes_racing_for_one_output(store: UtxoStore, store_url: str) -> None:
+    f = funding(ROUNDS)
+    created(store, f)
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    out = ctx.Queue()
+    sides = []
+    for fee in (100, 200):
+        # each side carries extended inputs so the store checks the hash as in real use
+        sides.append([child((f, v), fee=fee).serialize(extended=True) for v in range(ROUNDS)])
+    procs = [ctx.Process(target=_racer, args=(store_url, raws, barrier, out)) for raws in sides]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    wins = 0
+    for v in range(ROUNDS):
+        a, b = results[0][v], results[1][v]
+        assert {a[0], b[0]} == {"won", "lost"}, (v, a, b)
+        winner = a[1] if a[0] == "won" else b[1]
+        loser_named = b[1] if a[0] == "won" else a[1]
+        assert loser_named == winner  # the loser's error names the winner
+        stored = store.get_output((f.txid, v))
+        assert stored is not None and stored.spending_txid == winner
+        wins += 1
+    assert wins == ROUNDS
+    assert store.get(f.txid).spent_utxos == ROUNDS

@@ -1,0 +1,251 @@
+"""Conformance: spending and its rules, in the order the store checks them (every backend)."""
+
+from __future__ import annotations
+
+import pytest
+
+from chain import TxIn
+from chain.build import build_tx
+from stores.utxo import (
+    BlockInfo,
+    SpendRejected,
+    TxCoinbaseImmature,
+    TxConflicting,
+    TxLocked,
+    TxNotFound,
+    UtxoFrozen,
+    UtxoMismatch,
+    UtxoNotFound,
+    UtxoSpent,
+    UtxoStore,
+)
+from tests.stores.helpers import child, coinbase, created, funding, script, uhash
+
+
+def _only(e: SpendRejected) -> Exception:
+    assert len(e.errors) == 1
+    return e.errors[0][1]
+
+
+def test_spend_records_spender_and_counts(store: UtxoStore) -> None:
+    f = funding(2)
+    created(store, f)
+    c = child((f, 1))
+    spends = store.spend(c, 101)
+    assert [(s.txid, s.vout, s.spending_txid, s.spending_vin) for s in spends] == [(f.txid, 1, c.txid, 0)]
+    assert spends[0].utxo_hash == uhash(f, 1)
+    out = store.get_output((f.txid, 1))
+    assert out is not None and out.state == "spent" and out.spending_txid == c.txid
+    assert out.spending_vin == 0
+    assert store.get(f.txid).spent_utxos == 1
+
+
+def test_double_spend_names_the_winner(store: UtxoStore) -> None:
+    f = funding(1)
+    created(store, f)
+    winner, loser = child((f, 0), fee=100), child((f, 0), fee=200)
+    store.spend(winner, 101)
+    with pytest.raises(SpendRejected) as e:
+        store.spend(loser, 101)
+    err = _only(e.value)
+    assert isinstance(err, UtxoSpent) and err.code == "UTXO_SPENT"
+    assert err.spending_txid == winner.txid and err.spending_vin == 0
+    assert err.outpoint == (f.txid, 0)
+    assert store.get(f.txid).spent_utxos == 1
+
+
+def test_double_spend_within_one_batch(store: UtxoStore) -> None:
+    f = funding(1)
+    created(store, f)
+    a, b = child((f, 0), fee=100), child((f, 0), fee=200)
+    ra, rb = store.spend_many([a, b], 101)
+    assert isinstance(ra, list)
+    assert isinstance(rb, SpendRejected) and isinstance(rb.first, UtxoSpent)
+    assert rb.first.spending_txid == a.txid
+
+
+def test_respend_by_the_same_spender_is_ok(store: UtxoStore) -> None:
+    f = funding(1)
+    created(store, f)
+    c = child((f, 0))
+    first = store.spend(c, 101)
+    again = store.spend(c, 101)
+    assert first == again
+    assert store.get(f.txid).spent_utxos == 1
+
+
+def test_missing_parent(store: UtxoStore) -> None:
+    c = child((funding(1), 0))
+    with pytest.raises(SpendRejected) as e:
+        store.spend(c, 101)
+    err = _only(e.value)
+    assert isinstance(err, TxNotFound) and err.outpoint == (c.inputs[0].prev_txid, 0)
+
+
+def test_missing_output(store: UtxoStore) -> None:
+    f = funding(1)
+    created(store, f)
+    bad = build_tx([TxIn(f.txid, 5, b"\x51", 0xFFFFFFFF, 1, b"\x51")], [(1, script())])
+    with pytest.raises(SpendRejected) as e:
+        store.spend(bad, 101)
+    assert isinstance(_only(e.value), UtxoNotFound)
+
+
+def test_wrong_script_is_a_mismatch(store: UtxoStore) -> None:
+    f = funding(1)
+    created(store, f)
+    o = f.outputs[0]
+    bad = build_tx([TxIn(f.txid, 0, b"\x51", 0xFFFFFFFF, o.satoshis, script())], [(1, script())])
+    with pytest.raises(SpendRejected) as e:
+        store.spend(bad, 101)
+    err = _only(e.value)
+    assert isinstance(err, UtxoMismatch) and err.code == "UTXO_HASH_MISMATCH"
+    wrong_value = build_tx([TxIn(f.txid, 0, b"\x51", 0xFFFFFFFF, o.satoshis + 1, o.script)], [(1, script())])
+    with pytest.raises(SpendRejected) as e:
+        store.spend(wrong_value, 101)
+    assert isinstance(_only(e.value), UtxoMismatch)
+    assert store.get_output((f.txid, 0)).state == "unspent"  # type: ignore[union-attr]
+
+
+def test_a_failed_input_leaves_no_spend_of_that_tx(store: UtxoStore) -> None:
+    f = funding(2)
+    created(store, f)
+    other = child((f, 1))
+    store.spend(other, 101)
+    ghost = funding(1)
+    c = child((f, 0), (f, 1), (ghost, 0))
+    with pytest.raises(SpendRejected) as e:
+        store.spend(c, 101)
+    kinds = [(vin, type(err)) for vin, err in e.value.errors]
+    assert kinds == [(1, UtxoSpent), (2, TxNotFound)]  # each input's own error, input 0 fine
+    assert store.get_output((f.txid, 0)).state == "unspent"  # type: ignore[union-attr]
+    assert store.get(f.txid).spent_utxos == 1
+
+
+def test_same_outpoint_twice_in_one_tx_is_refused(store: UtxoStore) -> None:
+    f = funding(1)
+    created(store, f)
+    c = child((f, 0), (f, 0))
+    with pytest.raises(SpendRejected):
+        store.spend(c, 101)
+    assert store.get_output((f.txid, 0)).state == "unspent"  # type: ignore[union-attr]
+
+
+def test_locked_parent(store: UtxoStore) -> None:
+    f = funding(1)
+    store.create(f, 100, locked=True)
+    with pytest.raises(SpendRejected) as e:
+        store.spend(child((f, 0)), 101)
+    assert type(_only(e.value)) is TxLocked
+    store.set_locked([f.txid], False)
+    store.spend(child((f, 0)), 101)
+
+
+def test_conflicting_parent(store: UtxoStore) -> None:
+    f = funding(1)
+    created(store, f)
+    store.set_conflicting([f.txid], True)
+    with pytest.raises(SpendRejected) as e:
+        store.spend(child((f, 0)), 101)
+    assert isinstance(_only(e.value), TxConflicting)
+
+
+def test_frozen_output(store: UtxoStore) -> None:
+    f = funding(1)
+    created(store, f)
+    assert store.freeze([((f.txid, 0), uhash(f, 0))]) == [None]
+    with pytest.raises(SpendRejected) as e:
+        store.spend(child((f, 0)), 101)
+    err = _only(e.value)
+    assert isinstance(err, UtxoFrozen) and err.until is None
+    assert store.unfreeze([((f.txid, 0), uhash(f, 0))]) == [None]
+    store.spend(child((f, 0)), 101)
+
+
+def test_frozen_until_fails_one_block_before_and_succeeds_at_the_height(store: UtxoStore) -> None:
+    f = funding(1)
+    created(store, f)
+    store.set_block_height(200)
+    store.freeze([((f.txid, 0), uhash(f, 0))])
+    new_script = script()
+    from chain import utxo_hash
+
+    value = f.outputs[0].satoshis
+    new_hash = utxo_hash(f.txid, 0, new_script, value)
+    store.reassign((f.txid, 0), uhash(f, 0), new_hash)
+    spender = build_tx([TxIn(f.txid, 0, b"\x51", 0xFFFFFFFF, value, new_script)], [(value - 10, script())])
+    with pytest.raises(SpendRejected) as e:
+        store.spend(spender, 1199)
+    err = _only(e.value)
+    assert isinstance(err, UtxoFrozen) and err.until == 1200
+    assert store.spend(spender, 1200)[0].utxo_hash == new_hash
+    # the old owner's script no longer matches
+    assert store.get_output((f.txid, 0)).utxo_hash == new_hash  # type: ignore[union-attr]
+
+
+def test_immature_coinbase_fails_at_99_and_succeeds_at_100(store: UtxoStore) -> None:
+    cb = coinbase(1000)
+    store.create(cb, 1000, [BlockInfo(1, 1000)])
+    spender = child((cb, 0))
+    with pytest.raises(SpendRejected) as e:
+        store.spend(spender, 1099)
+    err = _only(e.value)
+    assert isinstance(err, TxCoinbaseImmature) and err.spendable_at == 1100
+    store.spend(spender, 1100)
+
+
+def test_check_order_creating_before_conflicting_before_locked(store: UtxoStore) -> None:
+    f = funding(1)
+    store.create(f, 100, locked=True, conflicting=True)
+    with pytest.raises(SpendRejected) as e:
+        store.spend(child((f, 0)), 101)
+    assert isinstance(_only(e.value), TxConflicting)
+
+
+def test_unspend_by_owner_and_by_stranger(store: UtxoStore) -> None:
+    f = funding(1)
+    created(store, f)
+    c = child((f, 0))
+    (s,) = store.spend(c, 101)
+    from dataclasses import replace
+
+    stranger = replace(s, spending_txid=b"\x42" * 32)
+    assert store.unspend([stranger]) == [False]
+    assert store.get_output((f.txid, 0)).spending_txid == c.txid  # type: ignore[union-attr]
+    wrong_vin = replace(s, spending_vin=3)
+    assert store.unspend([wrong_vin]) == [False]
+    assert store.unspend([s]) == [True]
+    assert store.get_output((f.txid, 0)).state == "unspent"  # type: ignore[union-attr]
+    assert store.get(f.txid).spent_utxos == 0
+    assert store.unspend([s]) == [False]  # nothing left to clear
+    store.spend(child((f, 0), fee=7), 101)  # spendable again by anyone
+
+
+def test_freeze_refuses_spent_and_mismatched(store: UtxoStore) -> None:
+    f = funding(2)
+    created(store, f)
+    store.spend(child((f, 0)), 101)
+    r = store.freeze(
+        [((f.txid, 0), uhash(f, 0)), ((f.txid, 1), b"\x00" * 32), ((b"\x01" * 32, 0), b"\x00" * 32)]
+    )
+    assert isinstance(r[0], UtxoSpent)
+    assert isinstance(r[1], UtxoMismatch)
+    assert isinstance(r[2], TxNotFound)
+    assert store.get_output((f.txid, 1)).state == "unspent"  # type: ignore[union-attr]
+
+
+def test_reassign_needs_a_frozen_output(store: UtxoStore) -> None:
+    from stores.utxo import ProcessingError
+
+    f = funding(1)
+    created(store, f)
+    store.set_block_height(300)
+    with pytest.raises(ProcessingError):
+        store.reassign((f.txid, 0), uhash(f, 0), b"\x07" * 32)
+    store.freeze([((f.txid, 0), uhash(f, 0))])
+    store.reassign((f.txid, 0), uhash(f, 0), b"\x07" * 32)
+    out = store.get_output((f.txid, 0))
+    assert out is not None and out.utxo_hash == b"\x07" * 32 and out.spendable_in == 1300
+    assert not out.frozen
+    (entry,) = store.get(f.txid).reassignments
+    assert entry["offset"] == 0 and entry["block_height"] == 300

@@ -1,0 +1,214 @@
+"""Conformance: block membership, delete-at-height, locked, conflicting, preservation (every backend)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stores.utxo import BlockInfo, ProcessingError, SpendInfo, SpendStatus, TxNotFound, UtxoStore
+from tests.stores.helpers import child, coinbase, created, funding, uhash
+
+RET = 288
+
+
+def test_set_mined_twice_is_a_noop(store: UtxoStore) -> None:
+    f = funding()
+    created(store, f)
+    assert store.set_mined_multi([f.txid], 7, 101, 2) == [[7]]
+    assert store.set_mined_multi([f.txid], 7, 101, 2) == [[7]]
+    got = store.get(f.txid)
+    assert (got.block_ids, got.block_heights, got.subtree_idxs) == ([7], [101], [2])
+    assert got.unmined_since is None
+
+
+def test_mined_in_two_blocks_then_unset_one(store: UtxoStore) -> None:
+    f = funding()
+    created(store, f)
+    store.set_mined_multi([f.txid], 7, 101)
+    assert store.set_mined_multi([f.txid], 8, 101, 1) == [[7, 8]]
+    assert store.set_mined_multi([f.txid], 7, 101, unset=True) == [[8]]
+    got = store.get(f.txid)
+    assert got.block_ids == [8] and got.unmined_since is None
+    store.set_mined_multi([f.txid], 8, 101, unset=True)
+    got = store.get(f.txid)
+    assert got.block_ids == [] and got.unmined_since == 101
+
+
+def test_set_mined_clears_locked_and_creating_and_reports_missing(store: UtxoStore) -> None:
+    f = funding()
+    store.create(f, 100, locked=True)
+    res = store.set_mined_multi([f.txid, b"\x09" * 32], 3, 101)
+    assert res[0] == [3] and isinstance(res[1], TxNotFound)
+    got = store.get(f.txid)
+    assert not got.locked and not got.creating
+
+
+def test_mined_off_the_longest_chain_stays_unmined(store: UtxoStore) -> None:
+    f = funding()
+    created(store, f)
+    store.set_mined_multi([f.txid], 4, 101, on_longest_chain=False)
+    got = store.get(f.txid)
+    assert got.block_ids == [4] and got.unmined_since == 100
+    store.mark_on_longest_chain([f.txid], True)
+    assert store.get(f.txid).unmined_since is None
+    store.set_block_height(150)
+    store.mark_on_longest_chain([f.txid], False)
+    assert store.get(f.txid).unmined_since == 150
+
+
+def test_dah_set_when_all_spent_and_mined(store: UtxoStore) -> None:
+    store.set_block_height(100)
+    f = funding(2)
+    created(store, f, mined=True)
+    store.spend(child((f, 0)), 101)
+    assert store.get(f.txid).delete_at_height is None
+    store.spend(child((f, 1)), 101)
+    assert store.get(f.txid).delete_at_height == 100 + RET
+    assert store.query_dah(100 + RET) == [f.txid]
+    assert store.query_dah(100 + RET - 1) == []
+
+
+def test_dah_not_set_while_unmined_then_set_by_mining(store: UtxoStore) -> None:
+    store.set_block_height(100)
+    f = funding(1)
+    created(store, f)
+    store.spend(child((f, 0)), 101)
+    assert store.get(f.txid).delete_at_height is None
+    store.set_block_height(102)
+    store.set_mined_multi([f.txid], 1, 102)
+    assert store.get(f.txid).delete_at_height == 102 + RET
+    store.set_mined_multi([f.txid], 1, 102, unset=True)  # unset-mined clears it again
+    assert store.get(f.txid).delete_at_height is None
+
+
+def test_dah_cleared_by_unspend(store: UtxoStore) -> None:
+    store.set_block_height(100)
+    f = funding(1)
+    created(store, f, mined=True)
+    (s,) = store.spend(child((f, 0)), 101)
+    assert store.get(f.txid).delete_at_height == 100 + RET
+    store.unspend([s])
+    assert store.get(f.txid).delete_at_height is None
+
+
+def test_dah_immediate_for_conflicting_and_children_recorded(store: UtxoStore) -> None:
+    store.set_block_height(100)
+    f = funding(2)
+    created(store, f)
+    c = child((f, 0))
+    created(store, c)
+    store.set_conflicting([c.txid], True)
+    got = store.get(c.txid)
+    assert got.conflicting and got.delete_at_height == 100 + RET
+    parent = store.get(f.txid)
+    assert parent.conflicting_children == [c.txid]
+    store.set_conflicting([c.txid], True)  # recorded once
+    assert store.get(f.txid).conflicting_children == [c.txid]
+    store.set_conflicting([c.txid], False)
+    assert store.get(f.txid).conflicting_children == []
+    assert store.get(c.txid).delete_at_height is None
+
+
+def test_dah_held_off_by_preserve_until_expiry(store: UtxoStore) -> None:
+    store.set_block_height(100)
+    f = funding(1)
+    created(store, f, mined=True)
+    store.preserve_transactions([f.txid], 500)
+    store.spend(child((f, 0)), 101)
+    got = store.get(f.txid)
+    assert got.preserve_until == 500 and got.delete_at_height is None
+    assert store.process_expired_preservations(499) == 0
+    assert store.get(f.txid).delete_at_height is None
+    store.set_block_height(500)
+    assert store.process_expired_preservations(500) == 1
+    got = store.get(f.txid)
+    assert got.preserve_until is None and got.delete_at_height == 500 + RET
+
+
+def test_preserve_clears_an_existing_dah(store: UtxoStore) -> None:
+    store.set_block_height(100)
+    f = funding(1)
+    created(store, f, mined=True)
+    store.spend(child((f, 0)), 101)
+    assert store.get(f.txid).delete_at_height == 100 + RET
+    store.preserve_transactions([f.txid], 1000)
+    assert store.get(f.txid).delete_at_height is None
+
+
+def test_set_locked_true_clears_dah(store: UtxoStore) -> None:
+    store.set_block_height(100)
+    f = funding(1)
+    created(store, f, mined=True)
+    store.spend(child((f, 0)), 101)
+    store.set_locked([f.txid], True)
+    got = store.get(f.txid)
+    assert got.locked and got.delete_at_height is None
+    store.set_locked([f.txid], False)
+    assert store.get(f.txid).delete_at_height == 100 + RET
+    with pytest.raises(TxNotFound):
+        store.set_locked([b"\x05" * 32], True)
+
+
+def test_all_data_carrier_tx_is_prunable_once_mined(store: UtxoStore) -> None:
+    from chain.build import build_tx
+
+    store.set_block_height(100)
+    f = funding(1)
+    t = build_tx([f.inputs[0]], [(0, b"\x6a\x01x")])
+    store.create(t, 100, [BlockInfo(1, 100)])
+    assert store.get(t.txid).delete_at_height == 100 + RET
+
+
+def test_query_old_unmined(store: UtxoStore) -> None:
+    a, b, c = funding(), funding(), funding()
+    store.create(a, 10)
+    store.create(b, 20)
+    store.create(c, 30, [BlockInfo(1, 30)])
+    assert store.query_old_unmined(15) == [a.txid]
+    assert store.query_old_unmined(30) == [a.txid, b.txid]
+
+
+def test_delete_removes_record_and_outputs(store: UtxoStore) -> None:
+    f = funding(2)
+    created(store, f)
+    assert store.delete([f.txid, b"\x03" * 32]) == 1
+    assert store.get_output((f.txid, 0)) is None
+    with pytest.raises(TxNotFound):
+        store.get(f.txid)
+
+
+def test_block_height_persists(store: UtxoStore, store_url: str) -> None:
+    from stores.utxo import open_utxo_store
+
+    store.set_block_height(4242)
+    other = open_utxo_store(store_url)
+    try:
+        assert other.block_height == 4242
+        with pytest.raises(ProcessingError):
+            other.set_block_height(-1)
+    finally:
+        other.close()
+
+
+def test_get_spend_statuses(store: UtxoStore) -> None:
+    store.set_block_height(1000)
+    f = funding(3)
+    created(store, f)
+    assert store.get_spend((f.txid, 0), uhash(f, 0)) == SpendInfo(SpendStatus.OK)
+    c = child((f, 0))
+    store.spend(c, 1000)
+    assert store.get_spend((f.txid, 0), uhash(f, 0)) == SpendInfo(SpendStatus.SPENT, c.txid, 0)
+    store.freeze([((f.txid, 1), uhash(f, 1))])
+    assert store.get_spend((f.txid, 1), uhash(f, 1)).status is SpendStatus.FROZEN
+    assert store.get_spend((f.txid, 2), b"\x00" * 32).status is SpendStatus.NOT_FOUND
+    assert store.get_spend((f.txid, 9), uhash(f, 2)).status is SpendStatus.NOT_FOUND
+    assert store.get_spend((b"\x01" * 32, 0), uhash(f, 2)).status is SpendStatus.NOT_FOUND
+    cb = coinbase(990)
+    store.create(cb, 990, [BlockInfo(1, 990)])
+    imm = store.get_spend((cb.txid, 0), uhash(cb, 0))
+    assert imm.status is SpendStatus.IMMATURE and imm.until == 1090
+    locked = funding(1)
+    store.create(locked, 1000, locked=True)
+    assert store.get_spend((locked.txid, 0), uhash(locked, 0)).status is SpendStatus.LOCKED
+    bad = funding(1)
+    store.create(bad, 1000, conflicting=True)
+    assert store.get_spend((bad.txid, 0), uhash(bad, 0)).status is SpendStatus.CONFLICTING
