@@ -15,10 +15,12 @@ from dataclasses import dataclass
 
 from chain.errors import ParseError
 from chain.hashes import hash_to_hex, sha256d
-from chain.tx import Tx, read_tx
+from chain.tx import Tx, _varint_at, read_txs
 
 HEADER_SIZE = 80
-_MIN_TX = 60  # version, 1 input of 41 bytes, 1 output of 9 bytes, locktime: a safe lower bound
+# The smallest transaction `read_tx` accepts: version, one input of 41 bytes, an output count of
+# zero, locktime (a transaction without outputs parses; refusing it is the store's business).
+_MIN_TX = 4 + 1 + 41 + 1 + 4
 _header = struct.Struct("<I32s32sIII")
 
 
@@ -74,30 +76,12 @@ def parse_block(data: bytes) -> Block:
     pos = HEADER_SIZE
     if pos >= len(buf):
         raise ParseError("truncated block: transaction count missing", pos)
-    n = buf[pos]
-    pos += 1
-    if n >= 0xFD:
-        size = {0xFD: 2, 0xFE: 4, 0xFF: 8}[n]
-        if pos + size > len(buf):
-            raise ParseError("truncated block: transaction count cut short", pos - 1)
-        n = int.from_bytes(buf[pos : pos + size], "little")
-        pos += size
+    n, pos = _varint_at(buf, pos, "transaction count")
     if n == 0:
-        raise ParseError("block has no transactions", pos - 1)
+        raise ParseError("block has no transactions", HEADER_SIZE)
     if n * _MIN_TX > len(buf) - pos:
         raise ParseError(f"transaction count {n} exceeds the {len(buf) - pos} bytes that remain", pos)
-    txs: list[Tx] = []
-    append = txs.append
-    for i in range(n):
-        start = pos
-        try:
-            tx, pos = read_tx(buf, pos)
-        except ParseError as e:
-            raise ParseError(f"transaction {i} of {n}: {e.what}", e.offset) from None
-        if pos - start != len(tx.raw):
-            # Only extended format makes the bytes read differ from the standard bytes.
-            raise ParseError(f"transaction {i} of {n} is in extended format inside a block", start)
-        append(tx)
+    txs, pos = read_txs(buf, pos, n, in_block=True)
     if pos != len(buf):
         raise ParseError(f"{len(buf) - pos} trailing bytes after the last transaction", pos)
     return Block(header, txs, len(buf))
@@ -120,15 +104,21 @@ def merkle_root(txids: list[bytes]) -> tuple[bytes, bool]:
 
 
 def bits_to_target(bits: int) -> int:
-    """The target a compact `bits` encodes; raises ValueError for a negative or overflowing one."""
+    """The target a compact `bits` encodes; raises ValueError for a negative or overflowing one.
+
+    As Bitcoin Core's SetCompact: the sign bit makes a target negative only when the mantissa
+    left after the exponent's shift is non-zero (0x01803456 is zero, not negative).
+    """
+    if not 0 <= bits <= 0xFFFFFFFF:
+        raise ValueError(f"bits {bits} is not a 32-bit unsigned value")
     exponent = bits >> 24
     mantissa = bits & 0x007FFFFF
-    if bits & 0x00800000 and mantissa:
-        raise ValueError(f"bits {bits:#010x} encode a negative target")
     if exponent <= 3:
         target = mantissa >> (8 * (3 - exponent))
     else:
         target = mantissa << (8 * (exponent - 3))
+    if target and bits & 0x00800000:
+        raise ValueError(f"bits {bits:#010x} encode a negative target")
     if target >= 1 << 256:
         raise ValueError(f"bits {bits:#010x} encode a target above 2^256")
     return target
@@ -172,23 +162,29 @@ def iter_blk_records(data: bytes) -> Iterator[tuple[int, bytes]]:
     """Blocks of a Bitcoin Core blk*.dat file: (offset, block bytes). Any network magic.
 
     Each record is magic (4 bytes) ‖ little-endian length (4 bytes) ‖ block. Core pre-allocates
-    these files, so a run of zero bytes ends the file rather than being an error.
+    these files, so zero bytes running to the end of the file end it rather than being an error;
+    zeros followed by anything else are an error, never silently skipped.
     """
+    buf = bytes(data)
     pos = 0
-    n = len(data)
+    n = len(buf)
     magic: bytes | None = None
     while pos < n:
-        if data[pos : pos + 4] in (b"", b"\x00\x00\x00\x00") and not any(data[pos : pos + 64]):
+        if not any(buf[pos : pos + 8]) and buf.count(0, pos) == n - pos:
             return
         if pos + 8 > n:
-            raise ParseError("truncated blk record header", pos)
-        rec_magic = bytes(data[pos : pos + 4])
+            raise ParseError(f"truncated blk record header: {n - pos} of 8 bytes", pos)
+        rec_magic = buf[pos : pos + 4]
         if magic is None:
             magic = rec_magic
         elif rec_magic != magic:
             raise ParseError(f"blk record magic {rec_magic.hex()} differs from {magic.hex()}", pos)
-        length = int.from_bytes(data[pos + 4 : pos + 8], "little")
-        if length < HEADER_SIZE + 1 or pos + 8 + length > n:
-            raise ParseError(f"blk record of {length} bytes runs past the end of the file", pos)
-        yield pos + 8, bytes(data[pos + 8 : pos + 8 + length])
+        length = int.from_bytes(buf[pos + 4 : pos + 8], "little")
+        if length < HEADER_SIZE + 1:
+            raise ParseError(f"blk record of {length} bytes is too short to hold a block", pos)
+        if pos + 8 + length > n:
+            raise ParseError(
+                f"blk record of {length} bytes runs past the end of the file ({n - pos - 8} remain)", pos
+            )
+        yield pos + 8, buf[pos + 8 : pos + 8 + length]
         pos += 8 + length

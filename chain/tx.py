@@ -6,6 +6,8 @@ Invariants:
   on the `TxIn` objects.
 - The parser never allocates from a count it has not checked against the bytes that remain, so a
   varint claiming 2^60 inputs fails at once instead of exhausting memory.
+- Every varint must be canonical (its shortest encoding), as Bitcoin's ReadCompactSize demands;
+  any malformed input raises ParseError (never IndexError, struct.error or MemoryError).
 """
 
 from __future__ import annotations
@@ -26,8 +28,14 @@ _MIN_INPUT = 41
 _MIN_OUTPUT = 9
 
 _u32 = struct.Struct("<I").unpack_from
-_u64 = struct.Struct("<Q").unpack_from
-_u16 = struct.Struct("<H").unpack_from
+# One call per input head (previous txid, vout, first byte of the script length) and per output
+# head (satoshis, first byte of the script length): the hot path of block parsing.
+_in_head = struct.Struct("<32sIB").unpack_from
+_out_head = struct.Struct("<QB").unpack_from
+_seq_in_head = struct.Struct("<I32sIB").unpack_from  # a sequence, then the next input's head
+_seq_count = struct.Struct("<IB").unpack_from  # a 4-byte field, then a varint's first byte
+# Multi-byte varints: prefix → (payload size, smallest value that needs this prefix).
+_VARINT_WIDE = {0xFD: (2, 0xFD), 0xFE: (4, 0x10000), 0xFF: (8, 0x100000000)}
 
 
 @dataclass(slots=True)
@@ -157,83 +165,131 @@ def parse_tx(data: bytes, *, allow_trailing: bool = False) -> Tx:
 
 
 def _varint_at(buf: bytes, pos: int, what: str) -> tuple[int, int]:
+    """The varint whose first byte is at `pos`, and the offset past it. Refuses the truncated and
+    the non-canonical (a value that fits a shorter encoding), as Bitcoin's ReadCompactSize does."""
     try:
         n = buf[pos]
     except IndexError:
         raise ParseError(f"truncated: {what} missing", pos) from None
     if n < 0xFD:
         return n, pos + 1
-    size = {0xFD: 2, 0xFE: 4, 0xFF: 8}[n]
-    if pos + 1 + size > len(buf):
+    size, smallest = _VARINT_WIDE[n]
+    end = pos + 1 + size
+    if end > len(buf):
         raise ParseError(f"truncated: {what} varint cut short", pos)
-    return int.from_bytes(buf[pos + 1 : pos + 1 + size], "little"), pos + 1 + size
+    value = int.from_bytes(buf[pos + 1 : end], "little")
+    if value < smallest:
+        raise ParseError(f"non-canonical varint for {what}: {value} written in {1 + size} bytes", pos)
+    return value, end
 
 
 def read_tx(buf: bytes, start: int) -> tuple[Tx, int]:
-    """Parse the transaction beginning at `start`; return it and the offset just past it.
+    """Parse the transaction beginning at `start`; return it and the offset just past it."""
+    txs, end = read_txs(buf, start, 1)
+    return txs[0], end
 
-    Hot path for block parsing: varints of one byte are decoded inline, and the only checks per
-    field are those that keep a malformed buffer from being misread.
+
+def read_txs(buf: bytes, start: int, count: int, *, in_block: bool = False) -> tuple[list[Tx], int]:
+    """Parse `count` consecutive transactions from `start`; return them and the offset past them.
+
+    With `in_block`, errors name the transaction ("transaction 3 of 10: ...") and the extended
+    format is refused (a block holds standard transactions only).
+
+    Hot path for block parsing, hence one function for the whole loop: one struct call per input
+    or output (an input's sequence is read with the next input's head), one-byte varints decoded
+    inline, and the only checks per field are those that keep a malformed buffer from being
+    misread (a short read raises struct.error or IndexError, turned into ParseError).
     """
     blen = len(buf)
-    if start + 10 > blen:
-        raise ParseError("truncated transaction: fewer than 10 bytes", start)
-    version = _u32(buf, start)[0]
-    pos = start + 4
-    extended = False
-    if buf[pos] == 0:
-        if buf[pos : pos + 6] == EXTENDED_MARKER:
-            extended = True
-            pos += 6
-        elif buf[pos + 1] == 1:
-            raise ParseError(
-                "SegWit serialization (marker 0x00, flag 0x01): BSV has no SegWit; "
-                "this is a BTC transaction or block",
-                pos,
-            )
-        else:
-            raise ParseError("transaction has no inputs", pos)
-    n_in = buf[pos]
-    pos += 1
-    if n_in >= 0xFD:
-        n_in, pos = _varint_at(buf, pos - 1, "input count")
-    if n_in == 0:
-        raise ParseError("transaction has no inputs", pos - 1)
-    if n_in * _MIN_INPUT > blen - pos:
-        raise ParseError(f"input count {n_in} exceeds the {blen - pos} bytes that remain", pos)
-    inputs: list[TxIn] = []
-    append_in = inputs.append
-    std_parts: list[bytes] | None = [] if extended else None
+    txs: list[Tx] = []
+    append_tx = txs.append
+    pos = start
     try:
-        for _ in range(n_in):
-            in_start = pos
-            prev = buf[pos : pos + 32]
-            vout = _u32(buf, pos + 32)[0]
-            slen = buf[pos + 36]
-            pos += 37
-            if slen >= 0xFD:
-                slen, pos = _varint_at(buf, pos - 1, "script length")
-            script_end = pos + slen
-            if script_end + 4 > blen:
-                raise ParseError(f"truncated: input script of {slen} bytes runs past the end", pos)
-            script = buf[pos:script_end]
-            seq = _u32(buf, script_end)[0]
-            pos = script_end + 4
-            if extended:
-                assert std_parts is not None
-                std_parts.append(buf[in_start:pos])
-                psats = _u64(buf, pos)[0]
-                pslen = buf[pos + 8]
-                pos += 9
-                if pslen >= 0xFD:
-                    pslen, pos = _varint_at(buf, pos - 1, "previous script length")
-                if pos + pslen > blen:
-                    raise ParseError("truncated: extended previous script runs past the end", pos)
-                append_in(TxIn(prev, vout, script, seq, psats, buf[pos : pos + pslen]))
-                pos += pslen
-            else:
-                append_in(TxIn(prev, vout, script, seq))
-        out_start = pos
+        for _ in range(count):
+            tx_start = pos
+            if tx_start + 10 > blen:
+                raise ParseError("truncated transaction: fewer than 10 bytes", tx_start)
+            version, n_in = _seq_count(buf, tx_start)
+            pos = tx_start + 5
+            if n_in == 0:
+                if buf[pos - 1 : pos + 5] == EXTENDED_MARKER:
+                    if in_block:
+                        raise ParseError("extended format (BIP-239) inside a block", tx_start)
+                    tx, pos = _read_extended_tx(buf, tx_start, version)
+                    append_tx(tx)
+                    continue
+                if buf[pos] == 1:
+                    raise ParseError(
+                        "SegWit serialization (marker 0x00, flag 0x01): BSV has no SegWit; "
+                        "this is a BTC transaction or block",
+                        pos - 1,
+                    )
+                raise ParseError("transaction has no inputs", pos - 1)
+            if n_in >= 0xFD:
+                n_in, pos = _varint_at(buf, pos - 1, "input count")
+            if n_in * _MIN_INPUT > blen - pos:
+                raise ParseError(f"input count {n_in} exceeds the {blen - pos} bytes that remain", pos)
+            inputs: list[TxIn] = []
+            append_in = inputs.append
+            try:
+                prev, vout, slen = _in_head(buf, pos)
+                pos += 37
+                for _ in range(n_in - 1):
+                    if slen >= 0xFD:
+                        slen, pos = _varint_at(buf, pos - 1, "script length")
+                    end = pos + slen
+                    if end + 4 > blen:
+                        raise ParseError(f"truncated: input script of {slen} bytes runs past the end", pos)
+                    script = buf[pos:end]
+                    pos = end + 4
+                    seq, prev2, vout2, slen = _seq_in_head(buf, end)
+                    append_in(TxIn(prev, vout, script, seq, None, None))
+                    prev = prev2
+                    vout = vout2
+                    pos += 37
+                if slen >= 0xFD:
+                    slen, pos = _varint_at(buf, pos - 1, "script length")
+                end = pos + slen
+                if end + 4 > blen:
+                    raise ParseError(f"truncated: input script of {slen} bytes runs past the end", pos)
+                script = buf[pos:end]
+                pos = end + 4
+                seq, n_out = _seq_count(buf, end)  # the last sequence, the output count's first byte
+                append_in(TxIn(prev, vout, script, seq, None, None))
+                pos += 1
+                if n_out >= 0xFD:
+                    n_out, pos = _varint_at(buf, pos - 1, "output count")
+                if n_out * _MIN_OUTPUT > blen - pos:
+                    raise ParseError(f"output count {n_out} exceeds the {blen - pos} bytes that remain", pos)
+                outputs: list[TxOut] = []
+                append_out = outputs.append
+                for _ in range(n_out):
+                    sats, slen = _out_head(buf, pos)
+                    pos += 9
+                    if slen >= 0xFD:
+                        slen, pos = _varint_at(buf, pos - 1, "script length")
+                    end = pos + slen
+                    if end > blen:
+                        raise ParseError(f"truncated: output script of {slen} bytes runs past the end", pos)
+                    append_out(TxOut(sats, buf[pos:end]))
+                    pos = end
+                locktime = _u32(buf, pos)[0]
+                pos += 4
+            except (IndexError, struct.error):
+                raise ParseError("truncated transaction", min(pos, blen)) from None
+            raw = buf[tx_start:pos]
+            append_tx(Tx(version, inputs, outputs, locktime, raw, sha256(sha256(raw).digest()).digest()))
+    except ParseError as e:
+        if not in_block:
+            raise
+        raise ParseError(f"transaction {len(txs)} of {count}: {e.what}", e.offset) from None
+    return txs, pos
+
+
+def _read_outputs(buf: bytes, pos: int) -> tuple[list[TxOut], int, int]:
+    """The output count, outputs and locktime at `pos`: (outputs, locktime, offset past them)."""
+    blen = len(buf)
+    try:
         n_out = buf[pos]
         pos += 1
         if n_out >= 0xFD:
@@ -243,28 +299,63 @@ def read_tx(buf: bytes, start: int) -> tuple[Tx, int]:
         outputs: list[TxOut] = []
         append_out = outputs.append
         for _ in range(n_out):
-            sats = _u64(buf, pos)[0]
-            slen = buf[pos + 8]
+            sats, slen = _out_head(buf, pos)
             pos += 9
             if slen >= 0xFD:
                 slen, pos = _varint_at(buf, pos - 1, "script length")
-            if pos + slen > blen:
+            end = pos + slen
+            if end > blen:
                 raise ParseError(f"truncated: output script of {slen} bytes runs past the end", pos)
-            append_out(TxOut(sats, buf[pos : pos + slen]))
-            pos += slen
+            append_out(TxOut(sats, buf[pos:end]))
+            pos = end
         locktime = _u32(buf, pos)[0]
-        pos += 4
     except (IndexError, struct.error):
         raise ParseError("truncated transaction", min(pos, blen)) from None
-    if extended:
-        assert std_parts is not None
-        coinbase_ext = n_in == 1 and inputs[0].prev_vout == COINBASE_PREV_VOUT
-        if coinbase_ext and inputs[0].prev_txid == COINBASE_PREV_TXID:
-            inputs[0].prev_satoshis = None
-            inputs[0].prev_script = None
-        raw = b"".join(
-            [buf[start : start + 4], varint(n_in), *std_parts, buf[out_start:pos]]
-        )
-    else:
-        raw = buf[start:pos]
-    return Tx(version, inputs, outputs, locktime, raw), pos
+    return outputs, locktime, pos + 4
+
+
+def _read_extended_tx(buf: bytes, start: int, version: int) -> tuple[Tx, int]:
+    """BIP-239 extended format (the marker follows the version): each input also carries its
+    previous output's satoshis and script. `raw` is rebuilt as the standard serialization."""
+    blen = len(buf)
+    pos = start + 4 + len(EXTENDED_MARKER)
+    n_in, pos = _varint_at(buf, pos, "input count")
+    if n_in == 0:
+        raise ParseError("transaction has no inputs", pos - 1)
+    if n_in * _MIN_INPUT > blen - pos:
+        raise ParseError(f"input count {n_in} exceeds the {blen - pos} bytes that remain", pos)
+    inputs: list[TxIn] = []
+    std_parts: list[bytes] = [buf[start : start + 4], varint(n_in)]
+    try:
+        for _ in range(n_in):
+            in_start = pos
+            prev, vout, slen = _in_head(buf, pos)
+            pos += 37
+            if slen >= 0xFD:
+                slen, pos = _varint_at(buf, pos - 1, "script length")
+            end = pos + slen
+            if end + 4 > blen:
+                raise ParseError(f"truncated: input script of {slen} bytes runs past the end", pos)
+            script = buf[pos:end]
+            seq = _u32(buf, end)[0]
+            pos = end + 4
+            std_parts.append(buf[in_start:pos])
+            psats, pslen = _out_head(buf, pos)
+            pos += 9
+            if pslen >= 0xFD:
+                pslen, pos = _varint_at(buf, pos - 1, "previous script length")
+            if pos + pslen > blen:
+                raise ParseError("truncated: extended previous script runs past the end", pos)
+            inputs.append(TxIn(prev, vout, script, seq, psats, buf[pos : pos + pslen]))
+            pos += pslen
+    except (IndexError, struct.error):
+        raise ParseError("truncated transaction", min(pos, blen)) from None
+    if n_in == 1 and inputs[0].prev_vout == COINBASE_PREV_VOUT and inputs[0].prev_txid == COINBASE_PREV_TXID:
+        # A coinbase spends nothing: whatever its extended bytes say, it has no previous output.
+        inputs[0].prev_satoshis = None
+        inputs[0].prev_script = None
+    out_start = pos
+    outputs, locktime, end = _read_outputs(buf, pos)
+    std_parts.append(buf[out_start:end])
+    raw = b"".join(std_parts)
+    return Tx(version, inputs, outputs, locktime, raw, sha256(sha256(raw).digest()).digest()), end

@@ -48,8 +48,11 @@ class PostgresUtxoStore(SqlUtxoStore):
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
         # fillfactor leaves room in each page so spends and state changes update rows in place.
         opts = " WITH (fillfactor = 85)"
+        cur.execute("SELECT to_regclass('txs') IS NOT NULL")
+        existed = bool(cur.fetchone()[0])
         for stmt in ddl("BYTEA", "BIGINT", opts, ("CREATE SEQUENCE IF NOT EXISTS txs_id_seq",)):
             cur.execute(stmt)
+        self._check_schema_version(cur, existed)
 
     def _reserve_ids(self, cur: Any, n: int) -> list[int]:
         cur.execute("SELECT nextval('txs_id_seq') FROM generate_series(1, %s)", (n,))

@@ -13,7 +13,7 @@ Contract every backend keeps (the conformance suite in tests/stores checks each)
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from chain import Tx
@@ -58,7 +58,8 @@ class UtxoStore(Protocol):
         frozen: bool = False,
     ) -> TxMeta: ...
 
-    def import_utxos(self, utxos: Sequence[Utxo], block_id: int = 0) -> int: ...
+    def import_utxos(self, utxos: Iterable[Utxo], block_id: int = 0) -> int: ...
+    def is_empty(self) -> bool: ...
 
     # -- reads ------------------------------------------------------------------------------
     def get(self, txid: bytes, fields: Sequence[str] | None = None) -> TxMeta: ...

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from stores.utxo.errors import StorageError
 from stores.utxo.sql.base import Row
 from stores.utxo.sql.schema import ddl
 from stores.utxo.sql.store import SqlUtxoStore
@@ -39,7 +40,10 @@ class SqliteUtxoStore(SqlUtxoStore):
         super().__init__(url, **opts)
         path = sqlite_path(url)
         if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StorageError(f"cannot create the directory of SQLite store {path}: {e}") from e
         self._lock = threading.RLock()
         try:
             self._conn = sqlite3.connect(
@@ -59,15 +63,16 @@ class SqliteUtxoStore(SqlUtxoStore):
                 self._conn.execute(pragma)
             self._run_write("create schema", self._schema)
         except sqlite3.Error as e:
-            from stores.utxo.errors import StorageError
-
             raise StorageError(f"cannot open SQLite store {path}: {e}") from e
         self.block_height = self._load_block_height()
 
     def _schema(self, cur: Any) -> None:
+        cur.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'txs'")
+        existed = cur.fetchone() is not None
         # INTEGER PRIMARY KEY is SQLite's rowid: new records append to the table.
         for stmt in ddl("BLOB", "INTEGER"):
             cur.execute(stmt)
+        self._check_schema_version(cur, existed)
 
     def _reserve_ids(self, cur: Any, n: int) -> list[int]:
         # Safe without a sequence: the write unit holds the database's only write lock.

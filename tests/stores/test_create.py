@@ -10,6 +10,7 @@ from stores.utxo import (
     ProcessingError,
     TxExists,
     TxNotFound,
+    Utxo,
     UtxoStore,
 )
 from tests.stores.helpers import child, coinbase, created, funding, script, uhash
@@ -138,3 +139,36 @@ def test_set_block_height_refuses_zero(store: UtxoStore) -> None:
         store.set_block_height(0)
     store.set_block_height(1234)
     assert store.block_height == 1234
+
+
+def _u(txid: bytes, vout: int, height: int = 5, coinbase: bool = False, sats: int = 1000) -> Utxo:
+    return Utxo(txid, vout, sats, script(), height, coinbase)
+
+
+def test_import_utxos_is_all_or_nothing(store: UtxoStore) -> None:
+    assert store.is_empty()
+    a, b = b"\x0a" * 32, b"\x0b" * 32
+    assert store.import_utxos(iter([_u(a, 0), _u(a, 2), _u(b, 1, coinbase=True)])) == 3
+    assert not store.is_empty()
+    meta = store.get(a)
+    assert meta.total_utxos == 2 and meta.block_heights == [5] and meta.unmined_since is None
+    assert store.get_output((a, 1)) is None and store.get_output((a, 2)) is not None
+    assert store.get(b).spending_height == 105
+    c = b"\x0c" * 32
+    with pytest.raises(TxExists):  # c is fine, but b exists: nothing of this call stays
+        store.import_utxos([_u(c, 0), _u(b, 0)])
+    with pytest.raises(TxNotFound):
+        store.get(c)
+
+
+def test_import_utxos_refuses_inconsistent_entries(store: UtxoStore) -> None:
+    d = b"\x0d" * 32
+    with pytest.raises(ProcessingError):
+        store.import_utxos([_u(d, 0, height=5), _u(d, 1, height=6)])
+    with pytest.raises(ProcessingError):
+        store.import_utxos([_u(d, 0), _u(d, 0)])
+    with pytest.raises(ProcessingError):
+        store.import_utxos([_u(d, 2**32 - 1)])
+    with pytest.raises(TxExists):  # the same txid again, further down the stream
+        store.import_utxos([_u(d, 0), _u(b"\x0e" * 32, 0), _u(d, 1)])
+    assert store.is_empty()

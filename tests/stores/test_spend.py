@@ -207,12 +207,10 @@ def test_unspend_by_owner_and_by_stranger(store: UtxoStore) -> None:
     created(store, f)
     c = child((f, 0))
     (s,) = store.spend(c, 101)
-    from dataclasses import replace
-
-    stranger = replace(s, spending_txid=b"\x42" * 32)
+    stranger = s._replace(spending_txid=b"\x42" * 32)
     assert store.unspend([stranger]) == [False]
     assert store.get_output((f.txid, 0)).spending_txid == c.txid  # type: ignore[union-attr]
-    wrong_vin = replace(s, spending_vin=3)
+    wrong_vin = s._replace(spending_vin=3)
     assert store.unspend([wrong_vin]) == [False]
     assert store.unspend([s]) == [True]
     assert store.get_output((f.txid, 0)).state == "unspent"  # type: ignore[union-attr]

@@ -212,3 +212,26 @@ def test_get_spend_statuses(store: UtxoStore) -> None:
     bad = funding(1)
     store.create(bad, 1000, conflicting=True)
     assert store.get_spend((bad.txid, 0), uhash(bad, 0)).status is SpendStatus.CONFLICTING
+
+
+def test_a_store_of_another_schema_is_refused_clearly(store: UtxoStore, store_url: str) -> None:
+    from stores.utxo import StorageError, open_utxo_store
+
+    store._run_write(  # type: ignore[attr-defined]
+        "test", lambda cur: cur.execute("UPDATE meta SET value = 'utxoflow-sql-1' WHERE key = 'schema'")
+    )
+    with pytest.raises(StorageError, match="schema 'utxoflow-sql-1'"):
+        open_utxo_store(store_url)
+
+
+def test_storage_failures_are_storage_errors(tmp_path: object) -> None:
+    from stores.utxo import StorageError, open_utxo_store
+
+    with pytest.raises(StorageError, match="PostgreSQL"):
+        open_utxo_store("postgresql://postgres@127.0.0.1:1/nowhere")
+    blocked = f"{tmp_path}/file"
+    open(blocked, "w").close()
+    with pytest.raises(StorageError):
+        open_utxo_store(f"sqlite:///{blocked}/sub/utxo.db")
+    with pytest.raises(ValueError, match="unknown UTXO store URL scheme"):
+        open_utxo_store("mysql://x")

@@ -184,27 +184,22 @@ def ensure_empty(store: UtxoStore) -> None:
     where = mask_url(store.url)
     if store.block_height:
         raise BadInput(f"the store is not empty (it is at height {store.block_height}): {where}")
-    rows = store.iter_utxos(confirmed=False)
-    try:
-        first = next(iter(rows), None)
-    finally:
-        close = getattr(rows, "close", None)
-        if close is not None:
-            close()
-    if first is not None:
-        raise BadInput(f"the store is not empty (it holds unspent outputs): {where}")
+    if not store.is_empty():
+        raise BadInput(f"the store is not empty (it holds records): {where}")
 
 
 def write_snapshot(store: UtxoStore, batches: Iterable[list[Utxo]], advance: Callable[[int], None]) -> int:
-    written = 0
-    for batch in batches:
-        try:
-            n = store.import_utxos(batch)
-        except TxExists as e:
-            raise BadInput(f"the store is not empty: {e}") from None
-        written += n
-        advance(len(batch))
-    return written
+    """One store call, so the import is all-or-nothing; the entries stream through it."""
+
+    def entries() -> Iterator[Utxo]:
+        for batch in batches:
+            yield from batch
+            advance(len(batch))
+
+    try:
+        return store.import_utxos(entries())
+    except TxExists as e:
+        raise BadInput(f"the store is not empty: {e}") from None
 
 
 def import_snapshot(

@@ -26,6 +26,7 @@ from stores.utxo.rules import next_dah
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
+SCHEMA_VERSION = "utxoflow-sql-2"  # bump on any change existing stores cannot be read with
 CHUNK = 500  # keys per IN / VALUES list: well under every driver's parameter limit
 
 STATE_COLS = (
@@ -165,16 +166,18 @@ class SqlBase(ABC):
         """OutputInfo per known outpoint (ReadMixin)."""
 
     # -- running units of work ----------------------------------------------------------------
-    def _run_write(self, what: str, fn: Callable[[Any], T]) -> T:
+    def _run_write(self, what: str, fn: Callable[[Any], T], retry: bool = True) -> T:
+        """Run `fn(cursor)` as one write unit; retry transient conflicts unless `retry` is off
+        (for units that consume a stream and so cannot run twice)."""
         delay = 0.005
-        for attempt in range(self.max_retries + 1):
+        for attempt in range(self.max_retries + 1 if retry else 1):
             try:
                 with self._write_txn() as cur:
                     return fn(cur)
             except UtxoError:
                 raise
             except self._db_errors() as e:
-                if self._is_transient(e) and attempt < self.max_retries:
+                if retry and self._is_transient(e) and attempt < self.max_retries:
                     time.sleep(delay)
                     delay = min(delay * 2, 0.5)
                     continue
@@ -261,6 +264,20 @@ class SqlBase(ABC):
 
         self._run_write("set_block_height", unit)
         self.block_height = height
+
+    def _check_schema_version(self, cur: Any, existed: bool) -> None:
+        """Stamp a new store with SCHEMA_VERSION; refuse one written by an incompatible version."""
+        cur.execute("SELECT value FROM meta WHERE key = 'schema'")
+        r = cur.fetchone()
+        if r is None and not existed:
+            cur.execute(self._q("INSERT INTO meta (key, value) VALUES ('schema', ?)"), (SCHEMA_VERSION,))
+            return
+        found = r[0] if r else "unversioned"
+        if found != SCHEMA_VERSION:
+            raise StorageError(
+                f"{self.url_safe} holds a UTXO store of schema {found!r}; this version needs "
+                f"{SCHEMA_VERSION!r} (point UTXO_STORE_URL at a new store)"
+            )
 
     def _load_block_height(self) -> int:
         def unit(cur: Any) -> int:

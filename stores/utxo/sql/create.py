@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from hashlib import sha256
 from typing import Any
 
@@ -182,21 +182,37 @@ class CreateMixin(SqlBase):
     def _insert_new(self, what: str, todo: list[tuple[int, bytes, tuple[Any, ...]]]) -> list[int]:
         """Insert the rows whose txid is not stored yet; return the indexes of those that were."""
 
-        def unit(cur: Any) -> list[int]:
+        ordered = sorted(todo, key=lambda t: t[1])  # one insertion order for every writer: no deadlocks
+
+        def optimistic(cur: Any) -> list[int]:
+            # The common case: nothing exists yet. ON CONFLICT DO NOTHING makes a clash show as a
+            # short row count; then this unit rolls back and `checked` sorts out which existed.
+            if ordered:
+                ids = self._reserve_ids(cur, len(ordered))
+                cur.executemany(self._q(INSERT_TX), [(i, *t[2]) for i, t in zip(ids, ordered)])
+                if cur.rowcount != len(ordered):
+                    raise _Raced()
+            return []
+
+        def checked(cur: Any) -> list[int]:
             existing: set[bytes] = set()
-            for part in chunks([t[1] for t in todo]):
+            for part in chunks([t[1] for t in ordered]):
                 existing.update(bytes(r[0]) for r in self._select_txs(cur, "txid", part, False))
-            new = sorted((t for t in todo if t[1] not in existing), key=lambda t: t[1])
-            if new:  # sorted by txid: one insertion order for every writer, so no deadlocks
+            new = [t for t in ordered if t[1] not in existing]
+            if new:
                 ids = self._reserve_ids(cur, len(new))
                 cur.executemany(self._q(INSERT_TX), [(i, *t[2]) for i, t in zip(ids, new)])
                 if cur.rowcount != len(new):
                     raise _Raced()
             return [t[0] for t in todo if t[1] in existing]
 
+        try:
+            return self._run_write(what, optimistic)
+        except _Raced:
+            pass
         for _attempt in range(self.max_retries):
             try:
-                return self._run_write(what, unit)
+                return self._run_write(what, checked)
             except _Raced:
                 continue
         raise ProcessingError(f"{what} kept racing with concurrent creators of the same txids")
@@ -234,82 +250,101 @@ class CreateMixin(SqlBase):
         return fees
 
 
+MAX_SNAPSHOT_VOUT = (1 << 24) - 1  # slots are positional: a sparse huge vout would cost 68 B per gap
+
+
 class ImportMixin(CreateMixin):
-    def import_utxos(self, utxos: Sequence[Utxo], block_id: int = 0) -> int:
-        """Seed records from a UTXO snapshot (no raw transactions): one record per txid, mined at
-        its entries' height, holding just the listed outputs. Any txid already stored is
-        TxExists and nothing is imported."""
-        by_tx: dict[bytes, list[Utxo]] = {}
-        for u in utxos:
-            by_tx.setdefault(u.txid, []).append(u)
+    def import_utxos(self, utxos: Iterable[Utxo], block_id: int = 0) -> int:
+        """Seed records from a UTXO snapshot (no raw transactions) in one database transaction:
+        one record per txid, mined at its entries' height, holding just the listed outputs.
+
+        `utxos` may be any iterable (it is streamed, never held) but must list each txid's
+        outputs together. A txid already stored, or listed again later, is TxExists; entries of
+        one txid that disagree on height or coinbase are a ProcessingError; nothing is then
+        imported. Returns the number of UTXO slots written."""
         now = int(time.time() * 1000)
         height = self._height()
-        todo: list[tuple[int, bytes, tuple[Any, ...]]] = []
-        count = 0
-        for k, (txid, us) in enumerate(sorted(by_tx.items())):
-            us.sort(key=lambda u: u.vout)
-            h = us[0].height or 0
-            coinbase = us[0].coinbase
-            hashes: list[bytes | None] = [None] * (us[-1].vout + 1)
-            for u in us:
-                if not is_data_carrier(u.satoshis, u.script):
-                    hashes[u.vout] = utxo_hash(txid, u.vout, u.script, u.satoshis)
-            n = sum(h is not None for h in hashes)
-            count += n
-            dah = next_dah(
-                current=None,
-                conflicting=False,
-                locked=False,
-                preserve_until=None,
-                spent=0,
-                utxos=n,
-                mined_on_longest=True,
-                height=height,
-                retention=self.retention,
-            )
-            todo.append(
-                (
-                    k,
-                    txid,
-                    (
-                        txid,
-                        0,
-                        0,
-                        None,
-                        0,
-                        int(coinbase),
-                        h + COINBASE_MATURITY if coinbase else 0,
-                        0,
-                        0,
-                        0,
-                        None,
-                        now,
-                        None,
-                        dah,
-                        0,
-                        0,
-                        n,
-                        0,
-                        json.dumps([[block_id, h, 0]], separators=(",", ":")),
-                        b"",
-                        "[]",
-                        "{}",
-                        b"",
-                        slots.pack(hashes),
-                        RAW_OUTPUTS,
-                        slots.encode_outputs((u.vout, u.satoshis, u.script) for u in us),
-                    ),
-                )
-            )
+        done: list[int] = [0]
+
+        def records() -> Iterator[tuple[bytes, tuple[Any, ...]]]:
+            group: list[Utxo] = []
+            for u in utxos:
+                if group and u.txid != group[0].txid:
+                    yield self._snapshot_row(group, block_id, now, height, done)
+                    group = []
+                group.append(u)
+            if group:
+                yield self._snapshot_row(group, block_id, now, height, done)
 
         def unit(cur: Any) -> int:
-            for part in chunks([t[1] for t in todo]):
-                found = self._select_txs(cur, "txid", part, False)
-                if found:
-                    t = bytes(found[0][0])
-                    raise TxExists(f"snapshot tx {hash_to_hex(t)} already exists", txid=t)
-            ids = self._reserve_ids(cur, len(todo))
-            cur.executemany(self._q(INSERT_TX), [(i, *t[2]) for i, t in zip(ids, todo)])
-            return count
+            pending: list[tuple[bytes, tuple[Any, ...]]] = []
+            for rec in records():
+                pending.append(rec)
+                if len(pending) >= 2000:
+                    self._insert_snapshot(cur, pending)
+                    pending = []
+            self._insert_snapshot(cur, pending)
+            return done[0]
 
-        return self._run_write("import_utxos", unit)
+        return self._run_write("import_utxos", unit, retry=False)
+
+    def _insert_snapshot(self, cur: Any, recs: list[tuple[bytes, tuple[Any, ...]]]) -> None:
+        if not recs:
+            return
+        txids = [r[0] for r in recs]
+        if len(set(txids)) != len(txids):
+            t = next(t for t in txids if txids.count(t) > 1)
+            raise TxExists(f"snapshot lists tx {hash_to_hex(t)} in two places", txid=t)
+        for part in chunks(txids):
+            found = self._select_txs(cur, "txid", part, False)
+            if found:
+                t = bytes(found[0][0])
+                raise TxExists(f"snapshot tx {hash_to_hex(t)} already exists", txid=t)
+        ids = self._reserve_ids(cur, len(recs))
+        cur.executemany(self._q(INSERT_TX), [(i, *r[1]) for i, r in zip(ids, recs)])
+
+    def _snapshot_row(
+        self, us: list[Utxo], block_id: int, now: int, height: int, done: list[int]
+    ) -> tuple[bytes, tuple[Any, ...]]:
+        txid = us[0].txid
+        h, coinbase = us[0].height or 0, us[0].coinbase
+        hashes: dict[int, bytes | None] = {}
+        for u in us:
+            if (u.height or 0) != h or u.coinbase != coinbase:
+                raise ProcessingError(
+                    f"snapshot entries of tx {hash_to_hex(txid)} disagree on height or coinbase", txid=txid
+                )
+            if not 0 <= u.vout <= MAX_SNAPSHOT_VOUT:
+                raise ProcessingError(
+                    f"snapshot output {hash_to_hex(txid)}:{u.vout}: vout out of range "
+                    f"(0…{MAX_SNAPSHOT_VOUT})", txid=txid,
+                )
+            if u.vout in hashes:
+                raise ProcessingError(f"snapshot lists output {hash_to_hex(txid)}:{u.vout} twice", txid=txid)
+            hashes[u.vout] = (
+                None if is_data_carrier(u.satoshis, u.script)
+                else utxo_hash(txid, u.vout, u.script, u.satoshis)
+            )
+        n = sum(x is not None for x in hashes.values())
+        done[0] += n
+        dah = next_dah(
+            current=None, conflicting=False, locked=False, preserve_until=None, spent=0,
+            utxos=n, mined_on_longest=True, height=height, retention=self.retention,
+        )
+        packed = slots.pack(hashes.get(v) for v in range(max(hashes) + 1))
+        outputs = slots.encode_outputs(sorted((u.vout, u.satoshis, u.script) for u in us))
+        return txid, (
+            txid, 0, 0, None, 0, int(coinbase), h + COINBASE_MATURITY if coinbase else 0,
+            0, 0, 0, None, now, None, dah, 0, 0, n, 0,
+            json.dumps([[block_id, h, 0]], separators=(",", ":")), b"", "[]", "{}", b"",
+            packed, RAW_OUTPUTS, outputs,
+        )
+
+    def is_empty(self) -> bool:
+        """True when the store holds no record at all."""
+        return self._run_read("is_empty", lambda cur: _first(cur, "SELECT 1 FROM txs LIMIT 1") is None)
+
+
+def _first(cur: Any, sql: str) -> Any:
+    cur.execute(sql)
+    return cur.fetchone()

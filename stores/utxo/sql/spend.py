@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from hashlib import sha256
 from typing import Any
 
-from chain import Tx, hash_to_hex, utxo_hash
+from chain import Tx, hash_to_hex
+from chain.tx import varint
 from stores.utxo import slots
 from stores.utxo.errors import (
     Outpoint,
@@ -131,13 +133,19 @@ class SpendMixin(SqlBase):
             ins = tx.inputs
             if not (len(ins) == 1 and ins[0].prev_vout == 0xFFFFFFFF and ins[0].prev_txid == NO_HASH):
                 for vin, i in enumerate(ins):
-                    ps, pscript = i.prev_satoshis, i.prev_script
+                    ps, pscript, pv = i.prev_satoshis, i.prev_script, i.prev_vout
+                    # utxo_hash inlined: this loop runs once per input of every block
                     expected = (
-                        utxo_hash(i.prev_txid, i.prev_vout, pscript, ps)
+                        sha256(
+                            i.prev_txid
+                            + (bytes((pv,)) if pv < 0xFD else varint(pv))
+                            + pscript
+                            + (bytes((ps,)) if ps < 0xFD else varint(ps))
+                        ).digest()
                         if pscript is not None and ps is not None
                         else None
                     )
-                    plan.append((vin, i.prev_txid, i.prev_vout, expected))
+                    plan.append((vin, i.prev_txid, pv, expected))
                     parent_ids.add(i.prev_txid)
             plans.append(plan)
         height = self._height(block_height)

@@ -10,11 +10,23 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from stores.utxo.errors import TxNotFound, UtxoError
+from stores.utxo.rules import next_dah
 from stores.utxo.sql.base import SqlBase, TxState, chunks, split_inpoints
+
+MINED_COLS = (
+    "id, txid, blocks, conflicting, unmined_since, preserve_until, delete_at_height, total_utxos, "
+    "spent_utxos, locked"
+)
+SET_MINED = (
+    "UPDATE txs SET blocks = ?, locked = 0, creating = 0, unmined_since = ?, delete_at_height = ? "
+    "WHERE id = ?"
+)
+UNSET_MINED = "UPDATE txs SET blocks = ?, unmined_since = ?, delete_at_height = ? WHERE id = ?"
 
 
 class StateMixin(SqlBase):
@@ -27,27 +39,60 @@ class StateMixin(SqlBase):
         on_longest_chain: bool = True,
         unset: bool = False,
     ) -> list[list[int] | UtxoError]:
-        def change(s: TxState, height: int) -> None:
-            if unset:
-                s.blocks = [b for b in s.blocks if b[0] != block_id]
-                if not s.blocks:
-                    s.unmined_since = height or block_height
-                return
-            if all(b[0] != block_id for b in s.blocks):
-                s.blocks.append([block_id, block_height, subtree_idx])
-            s.locked = False
-            s.creating = False
-            if on_longest_chain:
-                s.unmined_since = None
+        """Add (or remove) a block in each record's block list; returns each record's block ids.
 
-        states: dict[bytes, TxState] = {}
+        The hot path of every block, so it reads and writes only the columns it changes. Blocks
+        are stored as a JSON list of [id, height, subtree]; "[ID," can only start an entry, so a
+        substring test finds a block id without decoding the list."""
+        entry = f"[{block_id},{block_height},{subtree_idx}]"
+        key = f"[{block_id},"
+        height = self._height(block_height)
+        retention = self.retention
+        wanted = list(dict.fromkeys(txids))
 
-        def keep(s: TxState, height: int) -> None:
-            change(s, height)
-            states[s.txid] = s
+        def unit(cur: Any) -> dict[bytes, str]:
+            rows: dict[bytes, Any] = {}
+            for part in chunks(sorted(wanted)):
+                for r in self._select_txs(cur, MINED_COLS, part, True):
+                    rows[bytes(r[1])] = r
+            updates = []
+            after: dict[bytes, str] = {}
+            for txid in wanted:
+                r = rows.get(txid)
+                if r is None:
+                    continue
+                blocks: str = r[2]
+                locked = bool(r[9]) and unset
+                if unset:
+                    if key in blocks:
+                        kept = [b for b in json.loads(blocks) if b[0] != block_id]
+                        blocks = json.dumps(kept, separators=(",", ":"))
+                    unmined = r[4] if blocks != "[]" else (r[4] if r[4] is not None else height)
+                elif key not in blocks:
+                    blocks = f"[{entry}]" if blocks == "[]" else f"{blocks[:-1]},{entry}]"
+                    unmined = None if on_longest_chain else r[4]
+                else:
+                    unmined = None if on_longest_chain else r[4]
+                dah = next_dah(
+                    current=r[6], conflicting=bool(r[3]), locked=locked, preserve_until=r[5],
+                    spent=r[8], utxos=r[7], mined_on_longest=unmined is None and blocks != "[]",
+                    height=height, retention=retention,
+                )
+                updates.append((blocks, unmined, dah, r[0]))
+                after[txid] = blocks
+            if updates:
+                cur.executemany(self._q(UNSET_MINED if unset else SET_MINED), updates)
+            return after
 
-        errs = self._update_states("set_mined", txids, keep, hint=block_height)
-        return [e if e is not None else [b[0] for b in states[t].blocks] for t, e in zip(txids, errs)]
+        after = self._run_write("set_mined", unit)
+        out: list[list[int] | UtxoError] = []
+        for t in txids:
+            b = after.get(t)
+            if b is None:
+                out.append(TxNotFound(f"tx {t[::-1].hex()} not found", txid=t))
+            else:
+                out.append([block_id] if b == f"[{entry}]" else [e[0] for e in json.loads(b)])
+        return out
 
     def mark_on_longest_chain(self, txids: Sequence[bytes], on: bool) -> None:
         def change(s: TxState, height: int) -> None:

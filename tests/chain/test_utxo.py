@@ -1,0 +1,65 @@
+"""The UTXO hash (a fixed vector) and the data-carrier rule."""
+
+from __future__ import annotations
+
+from hashlib import sha256
+
+import pytest
+
+from chain import Block, hash_to_hex, hex_to_hash, is_data_carrier, utxo_hash
+from chain.tx import varint
+
+VECTOR_TXID = "2fb09ea4d1d282f55b4f4b5b1eec92fa314e1ba5a5a009e897f63d155b4dba82"
+VECTOR_SCRIPT = "76a914d687c76d6ee133c9cc42bd96e3947d8a84bdf60288ac"
+VECTOR_SATOSHIS = 1_149_996_160
+VECTOR_HASH = "8ef53bb4c9c4b849c30ec75243bad8a7eafd83f407407a154a6d9ec80d83dd00"
+
+
+def test_utxo_hash_vector() -> None:
+    h = utxo_hash(hex_to_hash(VECTOR_TXID), 0, bytes.fromhex(VECTOR_SCRIPT), VECTOR_SATOSHIS)
+    assert len(h) == 32
+    assert hash_to_hex(h) == VECTOR_HASH
+
+
+def test_utxo_hash_depends_on_every_field() -> None:
+    txid = hex_to_hash(VECTOR_TXID)
+    script = bytes.fromhex(VECTOR_SCRIPT)
+    base = utxo_hash(txid, 0, script, VECTOR_SATOSHIS)
+    assert utxo_hash(txid, 1, script, VECTOR_SATOSHIS) != base
+    assert utxo_hash(txid, 0, script + b"\x00", VECTOR_SATOSHIS) != base
+    assert utxo_hash(txid, 0, script, VECTOR_SATOSHIS + 1) != base
+    assert utxo_hash(txid[::-1], 0, script, VECTOR_SATOSHIS) != base  # internal order, not display
+    # VarInt-encoded vout and satoshis (a vout of 253+ takes three bytes).
+    assert utxo_hash(txid, 300, script, 5) == sha256(txid + b"\xfd\x2c\x01" + script + b"\x05").digest()
+    assert varint(VECTOR_SATOSHIS) == b"\xfe" + VECTOR_SATOSHIS.to_bytes(4, "little")
+
+
+@pytest.mark.parametrize(
+    ("satoshis", "script", "carrier"),
+    [
+        (0, bytes.fromhex("6a"), True),
+        (0, bytes.fromhex("6a0568656c6c6f"), True),
+        (0, bytes.fromhex("006a"), True),
+        (0, bytes.fromhex("006a0568656c6c6f"), True),
+        (1, bytes.fromhex("6a0568656c6c6f"), False),  # a valued OP_RETURN is still an output
+        (1, bytes.fromhex("006a0568656c6c6f"), False),
+        (0, bytes.fromhex(VECTOR_SCRIPT), False),
+        (0, b"", False),
+        (0, bytes.fromhex("00"), False),
+        (0, bytes.fromhex("0000"), False),
+        (0, bytes.fromhex("516a"), False),  # OP_1 OP_RETURN
+        (0, bytes.fromhex("00006a"), False),
+        (VECTOR_SATOSHIS, bytes.fromhex(VECTOR_SCRIPT), False),
+    ],
+)
+def test_data_carrier_rule(satoshis: int, script: bytes, carrier: bool) -> None:
+    assert is_data_carrier(satoshis, script) is carrier
+
+
+def test_data_carriers_in_a_real_block(block_413567: Block) -> None:
+    outputs = [o for t in block_413567.txs for o in t.outputs]
+    carriers = [o for o in outputs if is_data_carrier(o.satoshis, o.script)]
+    assert all(o.satoshis == 0 and o.script[:1] in (b"\x6a", b"\x00") for o in carriers)
+    assert len(carriers) < len(outputs) // 10
+    # The coinbase's witness-commitment-free payouts are ordinary outputs.
+    assert not any(is_data_carrier(o.satoshis, o.script) for o in block_413567.txs[0].outputs if o.satoshis)
