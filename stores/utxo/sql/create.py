@@ -12,6 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from hashlib import sha256
@@ -35,6 +36,10 @@ INSERT_TX = f"INSERT INTO txs ({TX_COLS}) VALUES ({', '.join(['?'] * 27)}) ON CO
 RAW_NONE, RAW_TX, RAW_OUTPUTS = 0, 1, 2
 
 
+NO_HASH = slots.NO_HASH
+_u32 = struct.Struct("<I").pack
+
+
 class _Raced(Exception):
     """Another writer inserted one of our txids between our check and our insert."""
 
@@ -55,6 +60,14 @@ def utxo_slots(tx: Tx) -> tuple[bytes, int]:
         parts.append(slots.UNSPENT)
         n += 1
     return b"".join(parts), n
+
+
+def freeze_all(packed: bytes) -> bytes:
+    """The same slots with every real UTXO frozen."""
+    return b"".join(
+        s if s[:32] == slots.NO_HASH else s[:32] + slots.FROZEN
+        for s in (packed[k : k + slots.SLOT] for k in range(0, len(packed), slots.SLOT))
+    )
 
 
 class CreateMixin(SqlBase):
@@ -91,6 +104,16 @@ class CreateMixin(SqlBase):
         block_heights = [b[1] for b in blocks]
         subtree_idxs = [b[2] for b in blocks]
         unmined_since = None if blocks else block_height
+        # A new record has nothing spent, so its DAH depends only on whether it has any UTXO:
+        # ask the rule once for each case instead of once per transaction.
+        dah_for = {
+            has: next_dah(
+                current=None, conflicting=conflicting, locked=locked, preserve_until=None, spent=0,
+                utxos=int(has), mined_on_longest=bool(blocks), height=height, retention=self.retention,
+            )
+            for has in (False, True)
+        }
+        flags = (int(locked), 0, int(conflicting), unmined_since, now, None)
         seen: set[bytes] = set()
         todo: list[tuple[int, bytes, tuple[Any, ...]]] = []
         for i, tx in enumerate(txs):
@@ -104,74 +127,23 @@ class CreateMixin(SqlBase):
             seen.add(txid)
             packed, n_utxos = utxo_slots(tx)
             if frozen:
-                packed = b"".join(
-                    s if s[:32] == slots.NO_HASH else s[:32] + slots.FROZEN
-                    for s in (packed[k : k + slots.SLOT] for k in range(0, len(packed), slots.SLOT))
-                )
+                packed = freeze_all(packed)
             ins = tx.inputs
-            coinbase = len(ins) == 1 and ins[0].prev_vout == 0xFFFFFFFF and ins[0].prev_txid == slots.NO_HASH
+            coinbase = len(ins) == 1 and ins[0].prev_vout == 0xFFFFFFFF and ins[0].prev_txid == NO_HASH
             inpoints = [] if coinbase else [(i.prev_txid, i.prev_vout) for i in ins]
             spending_height = block_height + COINBASE_MATURITY if coinbase else 0
-            dah = next_dah(
-                current=None,
-                conflicting=conflicting,
-                locked=locked,
-                preserve_until=None,
-                spent=0,
-                utxos=n_utxos,
-                mined_on_longest=bool(blocks),
-                height=height,
-                retention=self.retention,
-            )
-            row = (
-                txid,
-                tx.version,
-                tx.locktime,
-                fees[i],
-                len(tx.raw),
-                int(coinbase),
-                spending_height,
-                int(locked),
-                0,
-                int(conflicting),
-                unmined_since,
-                now,
-                None,
-                dah,
-                0,
-                0,
-                n_utxos,
-                0,
-                blocks_json,
-                b"",
-                "[]",
-                "{}",
-                b"".join([t + v.to_bytes(4, "little") for t, v in inpoints]),
-                packed,
-                RAW_TX,
-                tx.raw,
-            )
+            dah = dah_for[n_utxos > 0]
+            raw = tx.raw
+            todo.append((i, txid, (
+                txid, tx.version, tx.locktime, fees[i], len(raw), int(coinbase), spending_height,
+                *flags, dah, 0, 0, n_utxos, 0, blocks_json, b"", "[]", "{}",
+                b"".join([t + _u32(v) for t, v in inpoints]), packed, RAW_TX, raw,
+            )))
             results[i] = TxMeta(
-                txid=txid,
-                fee=fees[i],
-                size_in_bytes=len(tx.raw),
-                is_coinbase=coinbase,
-                version=tx.version,
-                locktime=tx.locktime,
-                inpoints=inpoints,
-                locked=locked,
-                conflicting=conflicting,
-                unmined_since=unmined_since,
-                created_at=now,
-                delete_at_height=dah,
-                spending_height=spending_height,
-                block_ids=block_ids,
-                block_heights=block_heights,
-                subtree_idxs=subtree_idxs,
-                total_utxos=n_utxos,
-                tx=tx,
+                txid, fees[i], len(raw), coinbase, tx.version, tx.locktime, inpoints, locked,
+                False, conflicting, [], unmined_since, now, None, dah, spending_height,
+                block_ids[:], block_heights[:], subtree_idxs[:], False, 0, n_utxos, 0, [], tx,
             )
-            todo.append((i, txid, row))
 
         dups = self._insert_new("create", todo)
         for i in dups:
@@ -219,34 +191,49 @@ class CreateMixin(SqlBase):
 
     def _fees(self, txs: Sequence[Tx]) -> list[int | None]:
         """Each tx's fee; previous outputs a non-extended tx lacks come from the batch or store."""
-        need: set[tuple[bytes, int]] = set()
-        for tx in txs:
-            if not tx.is_coinbase:
-                need.update((i.prev_txid, i.prev_vout) for i in tx.inputs if i.prev_satoshis is None)
-        values: dict[tuple[bytes, int], int] = {}
-        if need:
-            in_batch = {t.txid: t for t in txs}
-            for txid, vout in list(need):
-                parent = in_batch.get(txid)
-                if parent is not None and vout < len(parent.outputs):
-                    values[(txid, vout)] = parent.outputs[vout].satoshis
-                    need.discard((txid, vout))
-            if need:
-                for key, info in self.get_outputs(sorted(need)).items():
-                    values[key] = info.satoshis
         fees: list[int | None] = []
-        for tx in txs:
-            if tx.is_coinbase:
+        lacking: list[int] = []
+        for k, tx in enumerate(txs):
+            ins = tx.inputs
+            if len(ins) == 1 and ins[0].prev_vout == 0xFFFFFFFF and ins[0].prev_txid == NO_HASH:
                 fees.append(0)
                 continue
+            total = 0
+            for i in ins:
+                if i.prev_satoshis is None:
+                    lacking.append(k)
+                    total = -1
+                    break
+                total += i.prev_satoshis
+            fees.append(None if total < 0 else total - sum([o.satoshis for o in tx.outputs]))
+        if not lacking:
+            return fees
+        # Standard-format transactions: look their previous outputs up, in the batch first.
+        in_batch = {t.txid: t for t in txs}
+        need: set[tuple[bytes, int]] = set()
+        values: dict[tuple[bytes, int], int] = {}
+        for k in lacking:
+            for i in txs[k].inputs:
+                if i.prev_satoshis is not None:
+                    continue
+                parent = in_batch.get(i.prev_txid)
+                if parent is not None and i.prev_vout < len(parent.outputs):
+                    values[(i.prev_txid, i.prev_vout)] = parent.outputs[i.prev_vout].satoshis
+                else:
+                    need.add((i.prev_txid, i.prev_vout))
+        if need:
+            for key, info in self.get_outputs(sorted(need)).items():
+                values[key] = info.satoshis
+        for k in lacking:
+            tx = txs[k]
             total = 0
             for i in tx.inputs:
                 v = i.prev_satoshis if i.prev_satoshis is not None else values.get((i.prev_txid, i.prev_vout))
                 if v is None:
-                    total = -1
                     break
                 total += v
-            fees.append(None if total < 0 else total - sum(o.satoshis for o in tx.outputs))
+            else:
+                fees[k] = total - sum([o.satoshis for o in tx.outputs])
         return fees
 
 

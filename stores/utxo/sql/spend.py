@@ -152,9 +152,41 @@ class SpendMixin(SqlBase):
 
         def unit(cur: Any) -> list[list[Spend] | UtxoError]:
             parents = self._lock_parents(cur, parent_ids)
+            fast = {
+                t for t, p in parents.items()
+                if p.ok and not p.spendable and not (p.coinbase and block_height < p.spending_height)
+            }
             results: list[list[Spend] | UtxoError] = []
+            get = parents.get
+            new = tuple.__new__
             for tx, plan in zip(txs, plans):
-                results.append(self._spend_one(tx.txid, plan, parents, block_height))
+                # Fast path: every input is an unspent, matching slot of a parent that needs no
+                # further rule (the common case in a block). Anything else walks every rule.
+                txid = tx.txid
+                spends: list[Spend] = []
+                picked: list[tuple[Parent, int, int]] = []
+                for vin, ptxid, vout, expected in plan:
+                    if ptxid not in fast:
+                        break
+                    p = get(ptxid)
+                    u = p.utxos  # type: ignore[union-attr]
+                    off = vout * SLOT
+                    if u[off + 32 : off + SLOT] != UNSPENT:
+                        break
+                    h = bytes(u[off : off + 32])
+                    if h == NO_HASH or (expected is not None and expected != h):
+                        break
+                    spends.append(new(Spend, (ptxid, vout, h, txid, vin)))
+                    picked.append((p, off, vin))  # type: ignore[arg-type]
+                else:
+                    if len(picked) < 2 or len({(p.id, off) for p, off, _v in picked}) == len(picked):
+                        for p, off, vin in picked:
+                            p.utxos[off + 32 : off + SLOT] = txid + vin.to_bytes(4, "little")
+                            p.spent += 1
+                            p.changed = True
+                        results.append(spends)
+                        continue
+                results.append(self._spend_one(txid, plan, parents, block_height))
             rows = []
             for p in parents.values():
                 if p.changed:
