@@ -34,6 +34,35 @@ TX_COLS = (
 )
 INSERT_TX = f"INSERT INTO txs ({TX_COLS}) VALUES ({', '.join(['?'] * 27)}) ON CONFLICT (txid) DO NOTHING"
 RAW_NONE, RAW_TX, RAW_OUTPUTS = 0, 1, 2
+# Per-row values of a created transaction; the columns every row of one call shares are
+# written as literals (`create_statement`), which halves the parameters bound per row.
+CREATE_COLS = (
+    "id, txid, version, locktime, fee, size_in_bytes, is_coinbase, spending_height, total_utxos, "
+    "delete_at_height, conflicting_children, inpoints, utxos, raw"
+)
+CREATE_SHARED = (
+    "locked, creating, conflicting, unmined_since, created_at, preserve_until, external, "
+    "total_extra_recs, spent_utxos, blocks, reassignments, spendable_in, raw_format"
+)
+
+
+def create_statement(
+    locked: bool, conflicting: bool, unmined_since: int | None, now: int, blocks: str
+) -> str:
+    """The INSERT of one create call. Every literal is an int or a JSON list of ints: no quoting
+    issue can arise, and the statement cache keeps the few distinct texts a worker sees."""
+    if not all(c in "0123456789[],-" for c in blocks):
+        raise ProcessingError(f"unexpected block list {blocks!r}")
+    unmined = "NULL" if unmined_since is None else str(int(unmined_since))
+    shared = (
+        f"{int(locked)}, 0, {int(conflicting)}, {unmined}, {int(now)}, NULL, 0, 0, 0, '{blocks}', "
+        f"'[]', '{{}}', {RAW_TX}"
+    )
+    marks = ", ".join(["?"] * 14)
+    return (
+        f"INSERT INTO txs ({CREATE_COLS}, {CREATE_SHARED}) VALUES ({marks}, {shared}) "
+        "ON CONFLICT (txid) DO NOTHING"
+    )
 
 
 NO_HASH = slots.NO_HASH
@@ -113,7 +142,7 @@ class CreateMixin(SqlBase):
             )
             for has in (False, True)
         }
-        flags = (int(locked), 0, int(conflicting), unmined_since, now, None)
+        insert = create_statement(locked, conflicting, unmined_since, now, blocks_json)
         seen: set[bytes] = set()
         todo: list[tuple[int, bytes, tuple[Any, ...]]] = []
         for i, tx in enumerate(txs):
@@ -136,8 +165,7 @@ class CreateMixin(SqlBase):
             raw = tx.raw
             todo.append((i, txid, (
                 txid, tx.version, tx.locktime, fees[i], len(raw), int(coinbase), spending_height,
-                *flags, dah, 0, 0, n_utxos, 0, blocks_json, b"", "[]", "{}",
-                b"".join([t + _u32(v) for t, v in inpoints]), packed, RAW_TX, raw,
+                n_utxos, dah, b"", b"".join([t + _u32(v) for t, v in inpoints]), packed, raw,
             )))
             results[i] = TxMeta(
                 txid, fees[i], len(raw), coinbase, tx.version, tx.locktime, inpoints, locked,
@@ -145,13 +173,15 @@ class CreateMixin(SqlBase):
                 block_ids[:], block_heights[:], subtree_idxs[:], False, 0, n_utxos, 0, [], tx,
             )
 
-        dups = self._insert_new("create", todo)
+        dups = self._insert_new("create", todo, insert)
         for i in dups:
             txid = txs[i].txid
             results[i] = TxExists(f"tx {hash_to_hex(txid)} already exists", txid=txid)
         return results  # type: ignore[return-value]
 
-    def _insert_new(self, what: str, todo: list[tuple[int, bytes, tuple[Any, ...]]]) -> list[int]:
+    def _insert_new(
+        self, what: str, todo: list[tuple[int, bytes, tuple[Any, ...]]], insert: str
+    ) -> list[int]:
         """Insert the rows whose txid is not stored yet; return the indexes of those that were."""
 
         ordered = sorted(todo, key=lambda t: t[1])  # one insertion order for every writer: no deadlocks
@@ -161,7 +191,7 @@ class CreateMixin(SqlBase):
             # short row count; then this unit rolls back and `checked` sorts out which existed.
             if ordered:
                 ids = self._reserve_ids(cur, len(ordered))
-                cur.executemany(self._q(INSERT_TX), [(i, *t[2]) for i, t in zip(ids, ordered)])
+                cur.executemany(self._q(insert), [(i, *t[2]) for i, t in zip(ids, ordered)])
                 if cur.rowcount != len(ordered):
                     raise _Raced()
             return []
@@ -173,7 +203,7 @@ class CreateMixin(SqlBase):
             new = [t for t in ordered if t[1] not in existing]
             if new:
                 ids = self._reserve_ids(cur, len(new))
-                cur.executemany(self._q(INSERT_TX), [(i, *t[2]) for i, t in zip(ids, new)])
+                cur.executemany(self._q(insert), [(i, *t[2]) for i, t in zip(ids, new)])
                 if cur.rowcount != len(new):
                     raise _Raced()
             return [t[0] for t in todo if t[1] in existing]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from hashlib import sha256
 from typing import Any
 
-from chain import Tx, hash_to_hex
+from chain import Tx, hash_to_hex, utxo_hash
 from chain.tx import varint
 from stores.utxo import slots
 from stores.utxo.errors import (
@@ -111,6 +111,19 @@ class Parent:
         )
 
 
+def _plan(tx: Tx) -> list[tuple[int, bytes, int, bytes | None]]:
+    """(vin, parent txid, vout, expected utxo hash or None) of each input."""
+    return [
+        (
+            vin, i.prev_txid, i.prev_vout,
+            utxo_hash(i.prev_txid, i.prev_vout, i.prev_script, i.prev_satoshis)
+            if i.prev_script is not None and i.prev_satoshis is not None
+            else None,
+        )
+        for vin, i in enumerate(tx.inputs)
+    ]
+
+
 class SpendMixin(SqlBase):
     def _lock_parents(self, cur: Any, txids: set[bytes]) -> dict[bytes, Parent]:
         parents: dict[bytes, Parent] = {}
@@ -126,28 +139,11 @@ class SpendMixin(SqlBase):
         return r
 
     def spend_many(self, txs: Sequence[Tx], block_height: int) -> list[list[Spend] | UtxoError]:
-        plans: list[list[tuple[int, bytes, int, bytes | None]]] = []
         parent_ids: set[bytes] = set()
         for tx in txs:
-            plan = []
             ins = tx.inputs
             if not (len(ins) == 1 and ins[0].prev_vout == 0xFFFFFFFF and ins[0].prev_txid == NO_HASH):
-                for vin, i in enumerate(ins):
-                    ps, pscript, pv = i.prev_satoshis, i.prev_script, i.prev_vout
-                    # utxo_hash inlined: this loop runs once per input of every block
-                    expected = (
-                        sha256(
-                            i.prev_txid
-                            + (bytes((pv,)) if pv < 0xFD else varint(pv))
-                            + pscript
-                            + (bytes((ps,)) if ps < 0xFD else varint(ps))
-                        ).digest()
-                        if pscript is not None and ps is not None
-                        else None
-                    )
-                    plan.append((vin, i.prev_txid, pv, expected))
-                    parent_ids.add(i.prev_txid)
-            plans.append(plan)
+                parent_ids.update([i.prev_txid for i in ins])
         height = self._height(block_height)
 
         def unit(cur: Any) -> list[list[Spend] | UtxoError]:
@@ -159,23 +155,42 @@ class SpendMixin(SqlBase):
             results: list[list[Spend] | UtxoError] = []
             get = parents.get
             new = tuple.__new__
-            for tx, plan in zip(txs, plans):
-                # Fast path: every input is an unspent, matching slot of a parent that needs no
-                # further rule (the common case in a block). Anything else walks every rule.
+            for tx in txs:
+                # Fast path: every input is an unspent slot, with the hash its extended data
+                # gives, of a parent that needs no further rule — the common case in a block.
+                # Anything else walks every rule in `_spend_one`.
                 txid = tx.txid
+                ins = tx.inputs
+                if len(ins) == 1 and ins[0].prev_vout == 0xFFFFFFFF and ins[0].prev_txid == NO_HASH:
+                    results.append([])
+                    continue
                 spends: list[Spend] = []
                 picked: list[tuple[Parent, int, int]] = []
-                for vin, ptxid, vout, expected in plan:
+                for vin, i in enumerate(ins):
+                    ptxid = i.prev_txid
                     if ptxid not in fast:
                         break
                     p = get(ptxid)
                     u = p.utxos  # type: ignore[union-attr]
+                    vout = i.prev_vout
                     off = vout * SLOT
-                    if u[off + 32 : off + SLOT] != UNSPENT:
+                    if not u.startswith(UNSPENT, off + 32):  # (no slot there: False too)
                         break
-                    h = bytes(u[off : off + 32])
-                    if h == NO_HASH or (expected is not None and expected != h):
-                        break
+                    ps, pscript = i.prev_satoshis, i.prev_script
+                    if pscript is not None and ps is not None:
+                        # utxo_hash inlined: this runs once per input of every block
+                        h = sha256(
+                            ptxid
+                            + (bytes((vout,)) if vout < 0xFD else varint(vout))
+                            + pscript
+                            + (bytes((ps,)) if ps < 0xFD else varint(ps))
+                        ).digest()
+                        if not u.startswith(h, off):
+                            break
+                    else:
+                        h = bytes(u[off : off + 32])
+                        if h == NO_HASH:
+                            break
                     spends.append(new(Spend, (ptxid, vout, h, txid, vin)))
                     picked.append((p, off, vin))  # type: ignore[arg-type]
                 else:
@@ -186,7 +201,7 @@ class SpendMixin(SqlBase):
                             p.changed = True
                         results.append(spends)
                         continue
-                results.append(self._spend_one(txid, plan, parents, block_height))
+                results.append(self._spend_one(txid, _plan(tx), parents, block_height))
             rows = []
             for p in parents.values():
                 if p.changed:
