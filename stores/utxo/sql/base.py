@@ -27,7 +27,7 @@ from stores.utxo.rules import next_dah
 T = TypeVar("T")
 Row = tuple[Any, ...]
 SCHEMA_VERSION = "utxoflow-sql-2"  # bump on any change existing stores cannot be read with
-CHUNK = 500  # keys per IN / VALUES list: well under every driver's parameter limit
+CHUNK = 500  # keys per IN list: well under SQLite's parameter limit
 
 STATE_COLS = (
     "txid, locked, creating, conflicting, is_coinbase, spending_height, unmined_since, "
@@ -127,6 +127,10 @@ class SqlBase(ABC):
     block_height: int
     retention: int
     max_retries = 8
+    key_chunk = CHUNK  # keys per lookup statement; a dialect without a parameter limit raises it
+
+    def _chunks(self, seq: Sequence[T]) -> Iterator[Sequence[T]]:
+        return chunks(seq, self.key_chunk)
 
     # -- dialect hooks ------------------------------------------------------------------------
     @abstractmethod
@@ -209,7 +213,7 @@ class SqlBase(ABC):
     def _load_states(self, cur: Any, txids: Iterable[bytes]) -> dict[bytes, TxState]:
         keys = sorted(set(txids))
         out: dict[bytes, TxState] = {}
-        for part in chunks(keys):
+        for part in self._chunks(keys):
             for r in self._select_txs(cur, STATE_COLS, part, True):
                 s = TxState.from_row(r)
                 out[s.txid] = s

@@ -24,7 +24,7 @@ from stores.utxo import slots
 from stores.utxo.errors import ProcessingError, TxExists, UtxoError
 from stores.utxo.records import BlockInfo, TxMeta, Utxo
 from stores.utxo.rules import COINBASE_MATURITY, next_dah
-from stores.utxo.sql.base import SqlBase, chunks
+from stores.utxo.sql.base import SqlBase
 
 TX_COLS = (
     "id, txid, version, locktime, fee, size_in_bytes, is_coinbase, spending_height, locked, "
@@ -198,7 +198,7 @@ class CreateMixin(SqlBase):
 
         def checked(cur: Any) -> list[int]:
             existing: set[bytes] = set()
-            for part in chunks([t[1] for t in ordered]):
+            for part in self._chunks([t[1] for t in ordered]):
                 existing.update(bytes(r[0]) for r in self._select_txs(cur, "txid", part, False))
             new = [t for t in ordered if t[1] not in existing]
             if new:
@@ -312,7 +312,7 @@ class ImportMixin(CreateMixin):
         if len(set(txids)) != len(txids):
             t = next(t for t in txids if txids.count(t) > 1)
             raise TxExists(f"snapshot lists tx {hash_to_hex(t)} in two places", txid=t)
-        for part in chunks(txids):
+        for part in self._chunks(txids):
             found = self._select_txs(cur, "txid", part, False)
             if found:
                 t = bytes(found[0][0])

@@ -29,7 +29,7 @@ from stores.utxo.errors import (
 )
 from stores.utxo.records import OutputInfo, SpendInfo, SpendStatus, TxMeta, Utxo, UtxoStats
 from stores.utxo.rules import check_spend
-from stores.utxo.sql.base import SqlBase, chunks, split_inpoints
+from stores.utxo.sql.base import SqlBase, split_inpoints
 from stores.utxo.sql.create import RAW_OUTPUTS, RAW_TX, TX_COLS
 from stores.utxo.sql.spend import PARENT_COLS, Parent
 
@@ -104,7 +104,7 @@ class ReadMixin(SqlBase):
 
         def q(cur: Any) -> list[Any]:
             rows = []
-            for part in chunks(sorted(wanted)):
+            for part in self._chunks(sorted(wanted)):
                 rows += self._select_txs(cur, "txid, utxos, spendable_in, raw_format, raw", part, False)
             return rows
 
@@ -206,7 +206,7 @@ class ReadMixin(SqlBase):
     def _mined_on_chain(self, txids: set[bytes]) -> set[bytes]:
         def q(cur: Any) -> set[bytes]:
             found: set[bytes] = set()
-            for part in chunks(sorted(txids)):
+            for part in self._chunks(sorted(txids)):
                 found.update(
                     bytes(r[0])
                     for r in self._select_txs(cur, "txid, unmined_since, blocks", part, False)

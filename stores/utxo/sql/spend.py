@@ -32,7 +32,7 @@ from stores.utxo.errors import (
 )
 from stores.utxo.records import Spend
 from stores.utxo.rules import REASSIGN_DELAY, check_spend, next_dah
-from stores.utxo.sql.base import SqlBase, chunks
+from stores.utxo.sql.base import SqlBase
 
 PARENT_COLS = (
     "id, txid, creating, conflicting, locked, is_coinbase, spending_height, total_utxos, "
@@ -127,7 +127,7 @@ def _plan(tx: Tx) -> list[tuple[int, bytes, int, bytes | None]]:
 class SpendMixin(SqlBase):
     def _lock_parents(self, cur: Any, txids: set[bytes]) -> dict[bytes, Parent]:
         parents: dict[bytes, Parent] = {}
-        for part in chunks(sorted(txids)):
+        for part in self._chunks(sorted(txids)):
             for r in self._select_txs(cur, PARENT_COLS, part, True):
                 parents[bytes(r[1])] = Parent(r)
         return parents

@@ -52,7 +52,7 @@ class StateMixin(SqlBase):
 
         def unit(cur: Any) -> dict[bytes, str]:
             rows: dict[bytes, Any] = {}
-            for part in chunks(sorted(wanted)):
+            for part in self._chunks(sorted(wanted)):
                 for r in self._select_txs(cur, MINED_COLS, part, True):
                     rows[bytes(r[1])] = r
             updates = []
