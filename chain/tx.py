@@ -314,6 +314,23 @@ def _read_outputs(buf: bytes, pos: int) -> tuple[list[TxOut], int, int]:
     return outputs, locktime, pos + 4
 
 
+def tx_outputs(raw: bytes) -> list[TxOut]:
+    """Only the outputs of a standard-format transaction: the inputs are skipped, not built, and
+    no txid is computed (for readers that know the txid already, such as a UTXO listing)."""
+    blen = len(raw)
+    pos = 4
+    try:
+        n_in, pos = _varint_at(raw, pos, "input count")
+        for _ in range(n_in):
+            slen, pos = _varint_at(raw, pos + 36, "script length")
+            pos += slen + 4
+        if pos > blen:
+            raise ParseError("truncated transaction", blen)
+    except IndexError:
+        raise ParseError("truncated transaction", min(pos, blen)) from None
+    return _read_outputs(raw, pos)[0]
+
+
 def _read_extended_tx(buf: bytes, start: int, version: int) -> tuple[Tx, int]:
     """BIP-239 extended format (the marker follows the version): each input also carries its
     previous output's satoshis and script. `raw` is rebuilt as the standard serialization."""

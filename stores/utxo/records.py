@@ -138,9 +138,11 @@ class OutputInfo:
         return d
 
 
-@dataclass(frozen=True, slots=True)
-class Utxo:
-    """One entry of a UTXO listing (the confirmed view or all unspent outputs)."""
+class Utxo(NamedTuple):
+    """One entry of a UTXO listing (the confirmed view or all unspent outputs).
+
+    A NamedTuple: listings yield millions of these, and a tuple is built several times faster
+    than a frozen dataclass."""
 
     txid: bytes
     vout: int
@@ -158,6 +160,17 @@ class Utxo:
             "height": self.height,
             "coinbase": self.coinbase,
         }
+
+    def json_line(self) -> str:
+        """`json.dumps(self.to_json())` plus a newline, built directly: every value is an int,
+        null, a boolean or hex, so nothing needs escaping, and a listing of millions of UTXOs
+        spends its time on the store rather than on the encoder."""
+        height = "null" if self.height is None else int(self.height)
+        return (
+            f'{{"txid": "{self.txid[::-1].hex()}", "vout": {int(self.vout)}, '
+            f'"satoshis": {int(self.satoshis)}, "script": "{self.script.hex()}", '
+            f'"height": {height}, "coinbase": {"true" if self.coinbase else "false"}}}\n'
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -111,11 +110,10 @@ def utxos_cmd(obj: Context, confirmed: bool, script_hex: str | None, address: st
             raise BadInput(f"--address: {e}") from None
     store = obj.open_store()
     write = sys.stdout.write
-    dumps = json.dumps
     rows = store.iter_utxos(confirmed=confirmed, script=script)
     try:
         for u in rows:
-            write(dumps(u.to_json()) + "\n")
+            write(u.json_line())
         sys.stdout.flush()
     except BrokenPipeError:
         raise OutputClosed() from None

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from chain import hash_to_hex, parse_tx
+from chain.tx import tx_outputs
 from stores.utxo import slots
 from stores.utxo.errors import (
     Outpoint,
@@ -37,6 +38,7 @@ FIELDS = frozenset(TxMeta.__dataclass_fields__)
 _MINED = "t.unmined_since IS NULL AND t.blocks <> '[]' AND t.conflicting = 0"
 _VIEW_CHUNK = 1000
 SLOT = slots.SLOT
+NO_HASH, UNSPENT, FROZEN = slots.NO_HASH, slots.UNSPENT, slots.FROZEN
 
 
 def record_outputs(raw_format: int, raw: bytes | None) -> dict[int, tuple[int, bytes]]:
@@ -44,7 +46,7 @@ def record_outputs(raw_format: int, raw: bytes | None) -> dict[int, tuple[int, b
     if raw is None:
         return {}
     if raw_format == RAW_TX:
-        return {v: (o.satoshis, o.script) for v, o in enumerate(parse_tx(bytes(raw)).outputs)}
+        return {v: (o.satoshis, o.script) for v, o in enumerate(tx_outputs(bytes(raw)))}
     if raw_format == RAW_OUTPUTS:
         return slots.decode_outputs(bytes(raw))
     return {}
@@ -177,26 +179,40 @@ class ReadMixin(SqlBase):
             raise StorageError(f"listing UTXOs failed in {self.url_safe}: {e}") from e
 
     def _emit(self, rows: list[Any], confirmed: bool, script: bytes | None) -> Iterator[Utxo]:
+        """The live UTXOs of a chunk of records. A slot is live when it has a hash and either no
+        spending data, frozen (frozen is not spent), or — in the confirmed view — a spender that
+        is not mined on the best chain (looked up once for the whole chunk)."""
+        live_of: list[list[int]] = []
+        spent_by: list[list[tuple[int, bytes]]] = []
         spenders: set[bytes] = set()
-        decoded = []
         for r in rows:
             utxos = bytes(r[1])
-            entries = [slots.decode(utxos[k : k + SLOT]) for k in range(0, len(utxos), SLOT)]
-            decoded.append(entries)
-            if confirmed:
-                spenders.update(e[1] for e in entries if e[1] is not None)
+            live: list[int] = []
+            pending: list[tuple[int, bytes]] = []
+            for k in range(0, len(utxos), SLOT):
+                if utxos.startswith(NO_HASH, k):
+                    continue
+                if utxos.startswith(UNSPENT, k + 32) or utxos.startswith(FROZEN, k + 32):
+                    live.append(k // SLOT)
+                elif confirmed:
+                    spender = utxos[k + 32 : k + 64]
+                    pending.append((k // SLOT, spender))
+                    spenders.add(spender)
+            live_of.append(live)
+            spent_by.append(pending)
         on_chain = self._mined_on_chain(spenders) if spenders else set()
-        for r, entries in zip(rows, decoded):
-            live = [
-                v
-                for v, (h, sp, _vin, _fz) in enumerate(entries)
-                if h is not None and (sp is None or (confirmed and sp not in on_chain))
-            ]
+        heights: dict[str, int | None] = {}
+        for r, live, pending in zip(rows, live_of, spent_by):
+            if pending:
+                live = sorted(live + [v for v, sp in pending if sp not in on_chain])
             if not live:
                 continue
             outputs = record_outputs(r[2], r[3])
-            heights = [b[1] for b in json.loads(r[4])]
-            height = min(heights) if heights else None
+            blocks = r[4]
+            height = heights.get(blocks, -1)
+            if height == -1:
+                hs = [b[1] for b in json.loads(blocks)]
+                height = heights[blocks] = min(hs) if hs else None
             txid, coinbase = bytes(r[0]), bool(r[5])
             for v in live:
                 sats, scr = outputs.get(v, (0, b""))
