@@ -71,7 +71,8 @@ class PostgresUtxoStore(SqlUtxoStore):
         with self._lock:
             conn = self._connect()
             with conn.transaction(), conn.cursor() as cur:
-                cur.execute("SET TRANSACTION READ ONLY")
+                # One snapshot for every statement of a read (a lookup in several chunks).
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 yield cur
 
     def _is_transient(self, exc: BaseException) -> bool:

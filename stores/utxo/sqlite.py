@@ -53,8 +53,10 @@ class SqliteUtxoStore(SqlUtxoStore):
                 check_same_thread=False,
                 cached_statements=256,
             )
+            mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode.lower() not in ("wal", "memory"):
+                raise StorageError(f"SQLite store {path} cannot use WAL journaling (got {mode!r})")
             for pragma in (
-                "PRAGMA journal_mode=WAL",
                 "PRAGMA synchronous=NORMAL",
                 "PRAGMA busy_timeout=60000",
                 "PRAGMA cache_size=-131072",
@@ -91,11 +93,12 @@ class SqliteUtxoStore(SqlUtxoStore):
             cur.execute("BEGIN IMMEDIATE")
             try:
                 yield cur
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            else:
                 cur.execute("COMMIT")
+            except BaseException:
+                # Also after a failed COMMIT; SQLite may have rolled back already on its own.
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
             finally:
                 cur.close()
 
@@ -107,7 +110,8 @@ class SqliteUtxoStore(SqlUtxoStore):
             try:
                 yield cur
             finally:
-                self._conn.execute("COMMIT")
+                if self._conn.in_transaction:
+                    self._conn.execute("COMMIT")
                 cur.close()
 
     def _is_transient(self, exc: BaseException) -> bool:
@@ -128,7 +132,14 @@ class SqliteUtxoStore(SqlUtxoStore):
 
     def _stream(self, sql: str, params: Sequence[Any]) -> Iterator[Row]:
         # A connection of its own, so a long listing neither holds the store's lock nor sees
-        # a half-finished write unit of this process.
+        # a half-finished write unit of this process. (An in-memory database exists only on
+        # the store's connection: it is listed through that one, a chunk at a time.)
+        if sqlite_path(self.url) == ":memory:":
+            with self._read_cursor() as cur:
+                cur.execute(sql, list(params))
+                rows = cur.fetchall()
+            yield from rows
+            return
         conn = sqlite3.connect(sqlite_path(self.url), timeout=60.0)
         try:
             cur = conn.execute(sql, list(params))

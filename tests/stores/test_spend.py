@@ -247,3 +247,66 @@ def test_reassign_needs_a_frozen_output(store: UtxoStore) -> None:
     assert not out.frozen
     (entry,) = store.get(f.txid).reassignments
     assert entry["offset"] == 0 and entry["block_height"] == 300
+
+
+def test_reassign_refuses_a_malformed_hash(store: UtxoStore) -> None:
+    from stores.utxo import ProcessingError
+
+    f = funding(3)
+    created(store, f)
+    store.set_block_height(300)
+    store.freeze([((f.txid, 0), uhash(f, 0))])
+    for bad in (b"\x07" * 33, b"\x07" * 31, b"\x00" * 32):
+        with pytest.raises(ProcessingError):
+            store.reassign((f.txid, 0), uhash(f, 0), bad)
+    assert store.get_output((f.txid, 1)).utxo_hash == uhash(f, 1)  # type: ignore[union-attr]
+    assert store.get_output((f.txid, 2)).state == "unspent"  # type: ignore[union-attr]
+
+
+def test_batch_double_spend_keeps_the_first_and_counts_once(store: UtxoStore) -> None:
+    f = funding(2)
+    created(store, f)
+    a, b, c = child((f, 0), fee=100), child((f, 0), fee=200), child((f, 1), fee=300)
+    ra, rb, rc = store.spend_many([a, b, c], 101)
+    assert isinstance(ra, list) and isinstance(rb, SpendRejected) and isinstance(rc, list)
+    assert store.get_output((f.txid, 0)).spending_txid == a.txid  # type: ignore[union-attr]
+    assert store.get(f.txid).spent_utxos == 2
+
+
+def test_a_rejected_tx_frees_its_output_for_a_later_one_in_the_batch(store: UtxoStore) -> None:
+    f = funding(1)
+    created(store, f)
+    bad = child((f, 0), (funding(1), 0))  # its second parent is unknown
+    good = child((f, 0), fee=900)
+    rbad, rgood = store.spend_many([bad, good], 101)
+    assert isinstance(rbad, SpendRejected) and isinstance(rgood, list)
+    assert store.get_output((f.txid, 0)).spending_txid == good.txid  # type: ignore[union-attr]
+
+
+def test_rule_order_after_the_parent_checks(store: UtxoStore) -> None:
+    from chain import utxo_hash
+
+    store.set_block_height(100)
+    cb = coinbase(100)
+    store.create(cb, 100, [BlockInfo(1, 100)])
+    # immature is reported before a missing output
+    ghost = build_tx([TxIn(cb.txid, 7, b"\x51", 0xFFFFFFFF, 1, b"\x51")], [(1, script())])
+    with pytest.raises(SpendRejected) as e:
+        store.spend(ghost, 150)
+    assert isinstance(_only(e.value), TxCoinbaseImmature)
+    # a hash mismatch is reported before frozen-until
+    f = funding(1)
+    created(store, f)
+    store.freeze([((f.txid, 0), uhash(f, 0))])
+    new_script = script()
+    value = f.outputs[0].satoshis
+    store.reassign((f.txid, 0), uhash(f, 0), utxo_hash(f.txid, 0, new_script, value))
+    wrong = build_tx([TxIn(f.txid, 0, b"\x51", 0xFFFFFFFF, value, script())], [(1, script())])
+    with pytest.raises(SpendRejected) as e:
+        store.spend(wrong, 150)
+    assert isinstance(_only(e.value), UtxoMismatch)
+    # frozen-until is reported even to the spender that will own it
+    right = build_tx([TxIn(f.txid, 0, b"\x51", 0xFFFFFFFF, value, new_script)], [(1, script())])
+    with pytest.raises(SpendRejected) as e:
+        store.spend(right, 150)
+    assert isinstance(_only(e.value), UtxoFrozen)

@@ -59,9 +59,9 @@ def test_dah_set_when_all_spent_and_mined(store: UtxoStore) -> None:
     store.set_block_height(100)
     f = funding(2)
     created(store, f, mined=True)
-    store.spend(child((f, 0)), 101)
+    store.spend(child((f, 0)), 100)
     assert store.get(f.txid).delete_at_height is None
-    store.spend(child((f, 1)), 101)
+    store.spend(child((f, 1)), 100)
     assert store.get(f.txid).delete_at_height == 100 + RET
     assert store.query_dah(100 + RET) == [f.txid]
     assert store.query_dah(100 + RET - 1) == []
@@ -84,7 +84,7 @@ def test_dah_cleared_by_unspend(store: UtxoStore) -> None:
     store.set_block_height(100)
     f = funding(1)
     created(store, f, mined=True)
-    (s,) = store.spend(child((f, 0)), 101)
+    (s,) = store.spend(child((f, 0)), 100)
     assert store.get(f.txid).delete_at_height == 100 + RET
     store.unspend([s])
     assert store.get(f.txid).delete_at_height is None
@@ -128,7 +128,7 @@ def test_preserve_clears_an_existing_dah(store: UtxoStore) -> None:
     store.set_block_height(100)
     f = funding(1)
     created(store, f, mined=True)
-    store.spend(child((f, 0)), 101)
+    store.spend(child((f, 0)), 100)
     assert store.get(f.txid).delete_at_height == 100 + RET
     store.preserve_transactions([f.txid], 1000)
     assert store.get(f.txid).delete_at_height is None
@@ -167,13 +167,22 @@ def test_query_old_unmined(store: UtxoStore) -> None:
     assert store.query_old_unmined(30) == [a.txid, b.txid]
 
 
-def test_delete_removes_record_and_outputs(store: UtxoStore) -> None:
-    f = funding(2)
-    created(store, f)
-    assert store.delete([f.txid, b"\x03" * 32]) == 1
-    assert store.get_output((f.txid, 0)) is None
+def test_delete_expired_removes_only_records_still_due(store: UtxoStore) -> None:
+    store.set_block_height(100)
+    f, g = funding(1), funding(1)
+    created(store, f, g, mined=True)
+    (sf,) = store.spend(child((f, 0)), 100)
+    store.spend(child((g, 0)), 100)
+    due = store.query_dah(100 + RET)
+    assert set(due) == {f.txid, g.txid}
+    store.unspend([sf])  # a reorg takes f's spend back after the pruner listed it
+    assert store.delete_expired(due, 100 + RET - 1) == 0  # not due yet at that height
+    assert store.delete_expired([*due, b"\x03" * 32], 100 + RET) == 1
     with pytest.raises(TxNotFound):
-        store.get(f.txid)
+        store.get(g.txid)
+    assert store.get_output((f.txid, 0)) is not None  # f kept its unspent output
+    assert store.get(f.txid).delete_at_height is None
+
 
 
 def test_block_height_persists(store: UtxoStore, store_url: str) -> None:
@@ -235,3 +244,71 @@ def test_storage_failures_are_storage_errors(tmp_path: object) -> None:
         open_utxo_store(f"sqlite:///{blocked}/sub/utxo.db")
     with pytest.raises(ValueError, match="unknown UTXO store URL scheme"):
         open_utxo_store("mysql://x")
+
+
+def test_dah_counts_from_the_higher_of_caller_and_store_height(store: UtxoStore) -> None:
+    store.set_block_height(100)  # this process's view; another worker has moved on to 500
+    f = funding(1)
+    created(store, f, mined=True)
+    store.spend(child((f, 0)), 500)
+    assert store.get(f.txid).delete_at_height == 500 + RET
+    assert store.query_dah(500) == []
+
+
+def test_unset_off_the_longest_chain_leaves_the_record_unmined(store: UtxoStore) -> None:
+    store.set_block_height(100)
+    f = funding()
+    created(store, f)
+    store.set_mined_multi([f.txid], 9, 100, on_longest_chain=False)  # a side block
+    store.set_mined_multi([f.txid], 7, 100)  # the best block
+    assert store.get(f.txid).unmined_since is None
+    store.set_mined_multi([f.txid], 7, 100, unset=True, on_longest_chain=False)
+    got = store.get(f.txid)
+    assert got.block_ids == [9] and got.unmined_since == 100
+    assert list(store.iter_utxos()) == []
+
+
+def test_mark_on_longest_chain_needs_a_block(store: UtxoStore) -> None:
+    f = funding()
+    created(store, f, height=42)
+    store.mark_on_longest_chain([f.txid], True)
+    assert store.get(f.txid).unmined_since == 42
+    assert store.query_old_unmined(42) == [f.txid]
+
+
+def test_set_locked_with_a_missing_txid_changes_nothing(store: UtxoStore) -> None:
+    f = funding()
+    created(store, f)
+    with pytest.raises(TxNotFound):
+        store.set_locked([f.txid, b"\x05" * 32], True)
+    assert not store.get(f.txid).locked
+
+
+def test_bad_arguments_are_processing_errors(store: UtxoStore) -> None:
+    from stores.utxo import Spend
+
+    f = funding(3)
+    created(store, f)
+    bad_calls = [
+        lambda: store.set_mined_multi([f.txid], True, 100),  # type: ignore[arg-type]
+        lambda: store.set_mined_multi([f.txid], 1.5, 100),  # type: ignore[arg-type]
+        lambda: store.set_mined_multi([f.txid], 1, -1),
+        lambda: store.preserve_transactions([f.txid], 2**70),
+        lambda: store.query_dah(2**70),
+        lambda: store.query_old_unmined(-3),
+        lambda: store.create(funding(), 2**70),
+        lambda: store.spend(child((f, 0)), -1),
+        lambda: store.freeze([((f.txid, -2), uhash(f, 1))]),
+        lambda: store.get_output((f.txid, -1)),
+        lambda: store.get_spend((f.txid, -2), uhash(f, 1)),
+        lambda: store.get(b"short"),
+        lambda: store.unspend([Spend(f.txid, -1, uhash(f, 0), b"\x01" * 32, 0)]),
+        lambda: store.set_block_height(0),
+    ]
+    for call in bad_calls:
+        with pytest.raises(ProcessingError):
+            call()
+    # nothing was stored by any of them: the record reads back as created
+    got = store.get(f.txid)
+    assert got.block_ids == [] and got.preserve_until is None and got.spent_utxos == 0
+    assert all(store.get_output((f.txid, v)).state == "unspent" for v in range(3))  # type: ignore[union-attr]

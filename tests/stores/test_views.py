@@ -61,3 +61,30 @@ def test_view_streams_many_utxos_in_order(store: UtxoStore) -> None:
     assert len(seen) == 2000 and len(set(seen)) == 2000
     assert {t for t, _v in seen} == {t.txid for t in txs}
     assert store.stats().utxos == 2000
+
+
+def test_a_pruned_spender_still_counts_as_confirmed(store: UtxoStore) -> None:
+    store.set_block_height(10)
+    p = funding(2)
+    store.create(p, 10, [BlockInfo(1, 10)])
+    c = child((p, 0))
+    store.create(c, 11, [BlockInfo(2, 11)])
+    store.spend(c, 11)
+    d = child((c, 0))
+    store.create(d, 12, [BlockInfo(3, 12)])
+    store.spend(d, 12)
+    due = store.query_dah(12 + 288)
+    assert due == [c.txid]  # c is fully spent and mined: prunable before its partly spent parent
+    assert store.delete_expired(due, 12 + 288) == 1
+    assert {(u.txid, u.vout) for u in store.iter_utxos()} == {(p.txid, 1), (d.txid, 0)}
+    assert store.stats().utxos == 2
+
+
+def test_in_memory_sqlite_lists_too() -> None:
+    from stores.utxo import open_utxo_store
+
+    s = open_utxo_store("sqlite:///:memory:")
+    f = funding(2)
+    created(s, f, mined=True)
+    assert len(list(s.iter_utxos())) == 2
+    s.close()

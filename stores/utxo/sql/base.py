@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from chain import hash_to_hex
-from stores.utxo.errors import ProcessingError, StorageError, UtxoError
+from stores.utxo import validate
+from stores.utxo.errors import StorageError, TxNotFound, UtxoError
 from stores.utxo.rules import next_dah
 
 T = TypeVar("T")
@@ -207,8 +208,10 @@ class SqlBase(ABC):
 
     # -- helpers ------------------------------------------------------------------------------
     def _height(self, hint: int = 0) -> int:
-        """The current block height for DAH and reassign: the store's, else the caller's."""
-        return self.block_height or hint
+        """The current height for DAH and reassign: the caller's or the store's, whichever is
+        higher (another process may have moved the store on since this one last looked)."""
+        return max(self.block_height, hint)
+
 
     def _load_states(self, cur: Any, txids: Iterable[bytes]) -> dict[bytes, TxState]:
         keys = sorted(set(txids))
@@ -241,9 +244,10 @@ class SqlBase(ABC):
             for t in txids:
                 s = states.get(t)
                 if s is None:
-                    from stores.utxo.errors import TxNotFound
-
-                    result.append(TxNotFound(f"tx {hash_to_hex(t)} not found", txid=t))
+                    err = TxNotFound(f"tx {hash_to_hex(t)} not found", txid=t)
+                    if not missing_ok:
+                        raise err  # inside the unit: nothing of the call is applied
+                    result.append(err)
                     continue
                 change(s, height)
                 s.recompute_dah(height, self.retention)
@@ -251,16 +255,11 @@ class SqlBase(ABC):
             self._write_states(cur, states.values())
             return result
 
-        res = self._run_write(what, unit)
-        if not missing_ok:
-            for e in res:
-                if e is not None:
-                    raise e
-        return res
+        validate.txids(txids)
+        return self._run_write(what, unit)
 
     def set_block_height(self, height: int) -> None:
-        if not isinstance(height, int) or height <= 0:
-            raise ProcessingError(f"block height must be a positive integer, got {height!r}")
+        validate.height("block height", height, zero_ok=False)
 
         def unit(cur: Any) -> None:
             cur.execute(self._q("DELETE FROM meta WHERE key = 'block_height'"))

@@ -20,7 +20,7 @@ from typing import Any
 
 from chain import Tx, hash_to_hex, is_data_carrier, utxo_hash
 from chain.tx import varint
-from stores.utxo import slots
+from stores.utxo import slots, validate
 from stores.utxo.errors import ProcessingError, TxExists, UtxoError
 from stores.utxo.records import BlockInfo, TxMeta, Utxo
 from stores.utxo.rules import COINBASE_MATURITY, next_dah
@@ -38,27 +38,26 @@ RAW_NONE, RAW_TX, RAW_OUTPUTS = 0, 1, 2
 # written as literals (`create_statement`), which halves the parameters bound per row.
 CREATE_COLS = (
     "id, txid, version, locktime, fee, size_in_bytes, is_coinbase, spending_height, total_utxos, "
-    "delete_at_height, conflicting_children, inpoints, utxos, raw"
+    "delete_at_height, conflicting_children, inpoints, utxos, raw, created_at"
 )
 CREATE_SHARED = (
-    "locked, creating, conflicting, unmined_since, created_at, preserve_until, external, "
+    "locked, creating, conflicting, unmined_since, preserve_until, external, "
     "total_extra_recs, spent_utxos, blocks, reassignments, spendable_in, raw_format"
 )
 
 
-def create_statement(
-    locked: bool, conflicting: bool, unmined_since: int | None, now: int, blocks: str
-) -> str:
-    """The INSERT of one create call. Every literal is an int or a JSON list of ints: no quoting
-    issue can arise, and the statement cache keeps the few distinct texts a worker sees."""
+def create_statement(locked: bool, conflicting: bool, unmined_since: int | None, blocks: str) -> str:
+    """The INSERT of one create call. Every literal is an int or a JSON list of ints (checked
+    here), so no quoting issue can arise; a worker sees few distinct texts (one per block for
+    mined creations), which the statement caches keep prepared. `created_at` stays a parameter."""
     if not all(c in "0123456789[],-" for c in blocks):
         raise ProcessingError(f"unexpected block list {blocks!r}")
     unmined = "NULL" if unmined_since is None else str(int(unmined_since))
     shared = (
-        f"{int(locked)}, 0, {int(conflicting)}, {unmined}, {int(now)}, NULL, 0, 0, 0, '{blocks}', "
+        f"{int(locked)}, 0, {int(conflicting)}, {unmined}, NULL, 0, 0, 0, '{blocks}', "
         f"'[]', '{{}}', {RAW_TX}"
     )
-    marks = ", ".join(["?"] * 14)
+    marks = ", ".join(["?"] * 15)
     return (
         f"INSERT INTO txs ({CREATE_COLS}, {CREATE_SHARED}) VALUES ({marks}, {shared}) "
         "ON CONFLICT (txid) DO NOTHING"
@@ -123,6 +122,11 @@ class CreateMixin(SqlBase):
         conflicting: bool = False,
         frozen: bool = False,
     ) -> list[TxMeta | UtxoError]:
+        validate.height("block_height", block_height)
+        for b in mined_block_infos:
+            validate.number("block_id", b.block_id)
+            validate.height("block height", b.block_height)
+            validate.number("subtree_idx", b.subtree_idx)
         results: list[TxMeta | UtxoError | None] = [None] * len(txs)
         fees = self._fees(txs)
         height = self._height(block_height)
@@ -142,7 +146,7 @@ class CreateMixin(SqlBase):
             )
             for has in (False, True)
         }
-        insert = create_statement(locked, conflicting, unmined_since, now, blocks_json)
+        insert = create_statement(locked, conflicting, unmined_since, blocks_json)
         seen: set[bytes] = set()
         todo: list[tuple[int, bytes, tuple[Any, ...]]] = []
         for i, tx in enumerate(txs):
@@ -165,7 +169,7 @@ class CreateMixin(SqlBase):
             raw = tx.raw
             todo.append((i, txid, (
                 txid, tx.version, tx.locktime, fees[i], len(raw), int(coinbase), spending_height,
-                n_utxos, dah, b"", b"".join([t + _u32(v) for t, v in inpoints]), packed, raw,
+                n_utxos, dah, b"", b"".join([t + _u32(v) for t, v in inpoints]), packed, raw, now,
             )))
             results[i] = TxMeta(
                 txid, fees[i], len(raw), coinbase, tx.version, tx.locktime, inpoints, locked,
@@ -327,11 +331,15 @@ class ImportMixin(CreateMixin):
         h, coinbase = us[0].height or 0, us[0].coinbase
         hashes: dict[int, bytes | None] = {}
         for u in us:
+            validate.hash32("txid", u.txid)
+            validate.number("satoshis", u.satoshis, (1 << 64) - 1)
+            if u.height is not None:
+                validate.height("height", u.height)
             if (u.height or 0) != h or u.coinbase != coinbase:
                 raise ProcessingError(
                     f"snapshot entries of tx {hash_to_hex(txid)} disagree on height or coinbase", txid=txid
                 )
-            if not 0 <= u.vout <= MAX_SNAPSHOT_VOUT:
+            if type(u.vout) is not int or not 0 <= u.vout <= MAX_SNAPSHOT_VOUT:
                 raise ProcessingError(
                     f"snapshot output {hash_to_hex(txid)}:{u.vout}: vout out of range "
                     f"(0…{MAX_SNAPSHOT_VOUT})", txid=txid,

@@ -16,7 +16,7 @@ from typing import Any
 
 from chain import hash_to_hex, parse_tx
 from chain.tx import tx_outputs
-from stores.utxo import slots
+from stores.utxo import slots, validate
 from stores.utxo.errors import (
     Outpoint,
     ProcessingError,
@@ -54,6 +54,7 @@ def record_outputs(raw_format: int, raw: bytes | None) -> dict[int, tuple[int, b
 
 class ReadMixin(SqlBase):
     def get(self, txid: bytes, fields: Sequence[str] | None = None) -> TxMeta:
+        validate.hash32("txid", txid)
         if fields is not None:
             unknown = set(fields) - FIELDS
             if unknown:
@@ -100,6 +101,7 @@ class ReadMixin(SqlBase):
         return meta
 
     def get_outputs(self, outpoints: Sequence[Outpoint]) -> dict[Outpoint, OutputInfo]:
+        validate.outpoints(outpoints)
         wanted: dict[bytes, list[int]] = {}
         for t, v in outpoints:
             wanted.setdefault(t, []).append(v)
@@ -135,15 +137,23 @@ class ReadMixin(SqlBase):
         return self.get_outputs([outpoint]).get(outpoint)
 
     def get_spend(self, outpoint: Outpoint, utxo_hash: bytes) -> SpendInfo:
-        rows = self._run_read(
-            "get_spend", lambda cur: self._select_txs(cur, PARENT_COLS, [outpoint[0]], False)
-        )
+        """The state of one output, judged at the store's current height (read afresh: another
+        process may have moved it on)."""
+        validate.outpoints([outpoint])
+        validate.hash32("utxo_hash", utxo_hash)
+
+        def q(cur: Any) -> tuple[list[Any], int]:
+            cur.execute("SELECT value FROM meta WHERE key = 'block_height'")
+            h = cur.fetchone()
+            return self._select_txs(cur, PARENT_COLS, [outpoint[0]], False), int(h[0]) if h else 0
+
+        rows, height = self._run_read("get_spend", q)
         p = Parent(rows[0]) if rows else None
         err = check_spend(
             outpoint,
             utxo_hash,
             (b"", -1),
-            self.block_height,
+            max(height, self.block_height),
             None if p is None else p.check,
             None if p is None else p.output(outpoint[1]),
         )
@@ -181,7 +191,7 @@ class ReadMixin(SqlBase):
     def _emit(self, rows: list[Any], confirmed: bool, script: bytes | None) -> Iterator[Utxo]:
         """The live UTXOs of a chunk of records. A slot is live when it has a hash and either no
         spending data, frozen (frozen is not spent), or — in the confirmed view — a spender that
-        is not mined on the best chain (looked up once for the whole chunk)."""
+        is stored but not mined on the best chain (looked up once for the whole chunk)."""
         live_of: list[list[int]] = []
         spent_by: list[list[tuple[int, bytes]]] = []
         spenders: set[bytes] = set()
@@ -200,11 +210,11 @@ class ReadMixin(SqlBase):
                     spenders.add(spender)
             live_of.append(live)
             spent_by.append(pending)
-        on_chain = self._mined_on_chain(spenders) if spenders else set()
+        unconfirmed = self._unconfirmed(spenders) if spenders else set()
         heights: dict[str, int | None] = {}
         for r, live, pending in zip(rows, live_of, spent_by):
             if pending:
-                live = sorted(live + [v for v, sp in pending if sp not in on_chain])
+                live = sorted(live + [v for v, sp in pending if sp in unconfirmed])
             if not live:
                 continue
             outputs = record_outputs(r[2], r[3])
@@ -219,14 +229,18 @@ class ReadMixin(SqlBase):
                 if script is None or scr == script:
                     yield Utxo(txid, v, sats, scr, height, coinbase)
 
-    def _mined_on_chain(self, txids: set[bytes]) -> set[bytes]:
+    def _unconfirmed(self, txids: set[bytes]) -> set[bytes]:
+        """Those spenders that do not make a spend confirmed: stored, but not mined on the best
+        chain. A spender the store no longer holds counts as confirmed: only records mined on
+        the best chain (or conflicting ones, whose spends the chain logic takes back) are ever
+        pruned, and a parent can outlive its spenders."""
+
         def q(cur: Any) -> set[bytes]:
             found: set[bytes] = set()
             for part in self._chunks(sorted(txids)):
                 found.update(
-                    bytes(r[0])
-                    for r in self._select_txs(cur, "txid, unmined_since, blocks", part, False)
-                    if r[1] is None and r[2] != "[]"
+                    bytes(r[0]) for r in self._select_txs(cur, "txid, unmined_since, blocks", part, False)
+                    if r[1] is not None or r[2] == "[]"
                 )
             return found
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from chain import Tx, hash_to_hex, utxo_hash
 from chain.tx import varint
-from stores.utxo import slots
+from stores.utxo import slots, validate
 from stores.utxo.errors import (
     Outpoint,
     ProcessingError,
@@ -139,6 +139,7 @@ class SpendMixin(SqlBase):
         return r
 
     def spend_many(self, txs: Sequence[Tx], block_height: int) -> list[list[Spend] | UtxoError]:
+        validate.height("block_height", block_height)
         parent_ids: set[bytes] = set()
         for tx in txs:
             ins = tx.inputs
@@ -286,6 +287,10 @@ class SpendMixin(SqlBase):
         return spends
 
     def unspend(self, spends: Sequence[Spend]) -> list[bool]:
+        validate.outpoints((s.txid, s.vout) for s in spends)
+        for s in spends:
+            validate.hash32("spending_txid", s.spending_txid)
+            validate.number("spending_vin", s.spending_vin, validate.MAX_VOUT)
         height = self._height()
 
         def unit(cur: Any) -> list[bool]:
@@ -333,6 +338,9 @@ class SpendMixin(SqlBase):
         items: Sequence[tuple[Outpoint, bytes]],
         act: Callable[[Outpoint, Parent, int, tuple[Any, ...]], UtxoError | None],
     ) -> list[UtxoError | None]:
+        validate.outpoints(op for op, _h in items)
+        for _op, h in items:
+            validate.hash32("utxo_hash", h)
         height = self._height()
 
         def unit(cur: Any) -> list[UtxoError | None]:
@@ -388,6 +396,9 @@ class SpendMixin(SqlBase):
         return self._per_output("unfreeze", items, act)
 
     def reassign(self, outpoint: Outpoint, utxo_hash: bytes, new_utxo_hash: bytes) -> None:
+        validate.hash32("new_utxo_hash", new_utxo_hash)
+        if new_utxo_hash == NO_HASH:
+            raise ProcessingError("new_utxo_hash must not be all zero (that marks an empty slot)")
         height = self._height()
         if height <= 0:
             raise ProcessingError("reassign needs the current block height (set_block_height)")

@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from stores.utxo import validate
 from stores.utxo.errors import TxNotFound, UtxoError
 from stores.utxo.rules import next_dah
 from stores.utxo.sql.base import SqlBase, TxState, chunks, split_inpoints
@@ -44,7 +45,11 @@ class StateMixin(SqlBase):
         The hot path of every block, so it reads and writes only the columns it changes. Blocks
         are stored as a JSON list of [id, height, subtree]; "[ID," can only start an entry, so a
         substring test finds a block id without decoding the list."""
-        entry = f"[{block_id},{block_height},{subtree_idx}]"
+        validate.number("block_id", block_id)
+        validate.height("block_height", block_height)
+        validate.number("subtree_idx", subtree_idx)
+        validate.txids(txids)
+        entry = f"[{block_id},{block_height},{subtree_idx}]"  # plain ints: checked just above
         key = f"[{block_id},"
         height = self._height(block_height)
         retention = self.retention
@@ -67,7 +72,10 @@ class StateMixin(SqlBase):
                     if key in blocks:
                         kept = [b for b in json.loads(blocks) if b[0] != block_id]
                         blocks = json.dumps(kept, separators=(",", ":"))
-                    unmined = r[4] if blocks != "[]" else (r[4] if r[4] is not None else height)
+                    if blocks != "[]" and on_longest_chain:
+                        unmined = r[4]  # still in another block of the longest chain
+                    else:  # in no block, or only in blocks off the longest chain
+                        unmined = r[4] if r[4] is not None else height
                 elif key not in blocks:
                     blocks = f"[{entry}]" if blocks == "[]" else f"{blocks[:-1]},{entry}]"
                     unmined = None if on_longest_chain else r[4]
@@ -97,7 +105,8 @@ class StateMixin(SqlBase):
     def mark_on_longest_chain(self, txids: Sequence[bytes], on: bool) -> None:
         def change(s: TxState, height: int) -> None:
             if on:
-                s.unmined_since = None
+                if s.blocks:  # only a record in some block can be mined on the longest chain
+                    s.unmined_since = None
             elif s.unmined_since is None:
                 s.unmined_since = height
 
@@ -110,15 +119,22 @@ class StateMixin(SqlBase):
         self._update_states("set_locked", txids, change, missing_ok=False)
 
     def set_conflicting(self, txids: Sequence[bytes], value: bool) -> None:
+        validate.txids(txids)
         height = self._height()
         wanted = list(dict.fromkeys(txids))
 
         def unit(cur: Any) -> None:
-            own = self._load_states(cur, wanted)
+            # Parents are found without locking (inpoints never change), so that the records
+            # are then locked in one pass, in txid order, like every other write unit.
+            own: dict[bytes, bytes] = {}
+            for part in self._chunks(sorted(wanted)):
+                own.update(
+                    (bytes(r[0]), bytes(r[1])) for r in self._select_txs(cur, "txid, inpoints", part, False)
+                )
             missing = [t for t in wanted if t not in own]
             if missing:
                 raise TxNotFound(f"tx {missing[0][::-1].hex()} not found", txid=missing[0])
-            parent_ids = {p for s in own.values() for p, _v in split_inpoints(s.inpoints)}
+            parent_ids = {p for blob in own.values() for p, _v in split_inpoints(blob)}
             states = self._load_states(cur, parent_ids | set(own))
             for t in wanted:
                 s = states[t]
@@ -143,12 +159,14 @@ class StateMixin(SqlBase):
         self._run_write("set_conflicting", unit)
 
     def preserve_transactions(self, txids: Sequence[bytes], until: int) -> None:
+        validate.height("until", until)
         def change(s: TxState, _h: int) -> None:
             s.preserve_until = until
 
         self._update_states("preserve_transactions", txids, change)
 
     def process_expired_preservations(self, height: int) -> int:
+        validate.height("height", height)
         def find(cur: Any) -> list[bytes]:
             cur.execute(
                 self._q("SELECT txid FROM txs WHERE preserve_until IS NOT NULL AND preserve_until <= ?"),
@@ -167,6 +185,7 @@ class StateMixin(SqlBase):
         return len(txids)
 
     def query_old_unmined(self, cutoff: int) -> list[bytes]:
+        validate.height("cutoff", cutoff)
         def q(cur: Any) -> list[bytes]:
             cur.execute(
                 self._q(
@@ -180,6 +199,8 @@ class StateMixin(SqlBase):
         return self._run_read("query_old_unmined", q)
 
     def query_dah(self, height: int, limit: int = 1000) -> list[bytes]:
+        validate.height("height", height)
+        validate.number("limit", limit)
         def q(cur: Any) -> list[bytes]:
             cur.execute(
                 self._q(
@@ -192,15 +213,21 @@ class StateMixin(SqlBase):
 
         return self._run_read("query_dah", q)
 
-    def delete(self, txids: Sequence[bytes]) -> int:
-        if not txids:
-            return 0
+    def delete_expired(self, txids: Sequence[bytes], height: int) -> int:
+        """Delete those of these records whose delete-at-height is set and at or below `height`,
+        checked again under lock: a record whose DAH was cleared since `query_dah` (an unspend in
+        a reorg, a preservation, an unset-mined) stays."""
+        validate.height("height", height)
+        validate.txids(txids)
         keys = sorted(set(txids))
 
         def unit(cur: Any) -> int:
-            found = [s.id for s in self._load_states(cur, keys).values()]
-            if found:
-                cur.executemany(self._q("DELETE FROM txs WHERE id = ?"), [(i,) for i in found])
-            return len(found)
+            due = [
+                s.id for s in self._load_states(cur, keys).values()
+                if s.delete_at_height is not None and s.delete_at_height <= height
+            ]
+            if due:
+                cur.executemany(self._q("DELETE FROM txs WHERE id = ?"), [(i,) for i in due])
+            return len(due)
 
-        return self._run_write("delete", unit)
+        return self._run_write("delete_expired", unit) if keys else 0
