@@ -24,7 +24,7 @@ def test_create_returns_metadata_and_get_reads_it_back(store: UtxoStore) -> None
     assert meta.size_in_bytes == len(f.raw)
     assert not meta.is_coinbase
     assert meta.inpoints == [(f.inputs[0].prev_txid, 0)]
-    assert meta.unmined_since == 100 and meta.block_ids == []
+    assert meta.unmined_since == 100 and not meta.block_ids
     assert meta.total_utxos == 3 and meta.spent_utxos == 0
     got = store.get(f.txid)
     assert got.fee == 1000 and got.unmined_since == 100 and got.total_utxos == 3

@@ -133,9 +133,9 @@ class CreateMixin(SqlBase):
         now = int(time.time() * 1000)
         blocks = [[b.block_id, b.block_height, b.subtree_idx] for b in mined_block_infos]
         blocks_json = json.dumps(blocks, separators=(",", ":"))
-        block_ids = [b[0] for b in blocks]
-        block_heights = [b[1] for b in blocks]
-        subtree_idxs = [b[2] for b in blocks]
+        block_ids = tuple(b[0] for b in blocks)  # tuples: shared by every record of the call
+        block_heights = tuple(b[1] for b in blocks)
+        subtree_idxs = tuple(b[2] for b in blocks)
         unmined_since = None if blocks else block_height
         # A new record has nothing spent, so its DAH depends only on whether it has any UTXO:
         # ask the rule once for each case instead of once per transaction.
@@ -173,8 +173,8 @@ class CreateMixin(SqlBase):
             )))
             results[i] = TxMeta(
                 txid, fees[i], len(raw), coinbase, tx.version, tx.locktime, inpoints, locked,
-                False, conflicting, [], unmined_since, now, None, dah, spending_height,
-                block_ids[:], block_heights[:], subtree_idxs[:], False, 0, n_utxos, 0, [], tx,
+                False, conflicting, (), unmined_since, now, None, dah, spending_height,
+                block_ids, block_heights, subtree_idxs, False, 0, n_utxos, 0, (), tx,
             )
 
         dups = self._insert_new("create", todo, insert)

@@ -34,7 +34,7 @@ from stores.utxo.sql.base import SqlBase, split_inpoints
 from stores.utxo.sql.create import RAW_OUTPUTS, RAW_TX, TX_COLS
 from stores.utxo.sql.spend import PARENT_COLS, Parent
 
-FIELDS = frozenset(TxMeta.__dataclass_fields__)
+FIELDS = frozenset(TxMeta._fields)
 _MINED = "t.unmined_since IS NULL AND t.blocks <> '[]' AND t.conflicting = 0"
 _VIEW_CHUNK = 1000
 SLOT = slots.SLOT
@@ -97,7 +97,7 @@ class ReadMixin(SqlBase):
             inpoints=split_inpoints(bytes(r[22])),
         )
         if (fields is None or "tx" in fields) and r[24] == RAW_TX:
-            meta.tx = parse_tx(bytes(r[25]))
+            meta = meta._replace(tx=parse_tx(bytes(r[25])))
         return meta
 
     def get_outputs(self, outpoints: Sequence[Outpoint]) -> dict[Outpoint, OutputInfo]:

@@ -195,7 +195,12 @@ class SpendMixin(SqlBase):
                     spends.append(new(Spend, (ptxid, vout, h, txid, vin)))
                     picked.append((p, off, vin))  # type: ignore[arg-type]
                 else:
-                    if len(picked) < 2 or len({(p.id, off) for p, off, _v in picked}) == len(picked):
+                    n = len(picked)
+                    if n < 2 or (
+                        (picked[0][0] is not picked[1][0] or picked[0][1] != picked[1][1])
+                        if n == 2
+                        else len({(p.id, off) for p, off, _v in picked}) == n
+                    ):
                         for p, off, vin in picked:
                             p.utxos[off + 32 : off + SLOT] = txid + vin.to_bytes(4, "little")
                             p.spent += 1
@@ -206,7 +211,11 @@ class SpendMixin(SqlBase):
             rows = []
             for p in parents.values():
                 if p.changed:
-                    p.dah = p.new_dah(height, self.retention)
+                    # A spend only adds spending data: a record still holding unspent outputs
+                    # keeps the DAH it had (None, unless conflicting), so ask the rule only
+                    # once a record is fully spent.
+                    if p.spent >= p.total or p.dah is not None:
+                        p.dah = p.new_dah(height, self.retention)
                     rows.append((bytes(p.utxos), p.spent, p.dah, p.id))
             if rows:
                 cur.executemany(self._q(SET_SPENDS), rows)
