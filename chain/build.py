@@ -6,10 +6,9 @@ keep the previous outputs they were given, so it is also a valid extended transa
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 
-from chain.tx import COINBASE_PREV_TXID, COINBASE_PREV_VOUT, Tx, TxIn, TxOut, varint
+from chain.tx import COINBASE_PREV_TXID, COINBASE_PREV_VOUT, Tx, TxIn, TxOut, serialize
 
 P2PKH_PREFIX = bytes.fromhex("76a914")
 P2PKH_SUFFIX = bytes.fromhex("88ac")
@@ -26,20 +25,7 @@ def build_tx(
     locktime: int = 0,
 ) -> Tx:
     outs = [o if isinstance(o, TxOut) else TxOut(o[0], o[1]) for o in outputs]
-    parts = [struct.pack("<I", version), varint(len(inputs))]
-    for i in inputs:
-        parts += [
-            i.prev_txid,
-            struct.pack("<I", i.prev_vout),
-            varint(len(i.script_sig)),
-            i.script_sig,
-            struct.pack("<I", i.sequence),
-        ]
-    parts.append(varint(len(outs)))
-    for o in outs:
-        parts += [struct.pack("<Q", o.satoshis), varint(len(o.script)), o.script]
-    parts.append(struct.pack("<I", locktime))
-    return Tx(version, list(inputs), outs, locktime, b"".join(parts))
+    return Tx(version, list(inputs), outs, locktime, serialize(version, inputs, outs, locktime))
 
 
 def spend_input(prev: Tx, vout: int, script_sig: bytes = b"\x51") -> TxIn:

@@ -13,6 +13,7 @@ Invariants:
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from hashlib import sha256
 
@@ -21,6 +22,7 @@ from chain.hashes import hash_to_hex, sha256d
 
 COINBASE_PREV_TXID = b"\x00" * 32
 COINBASE_PREV_VOUT = 0xFFFFFFFF
+COINBASE_OUTPOINT = (COINBASE_PREV_TXID, COINBASE_PREV_VOUT)
 EXTENDED_MARKER = b"\x00\x00\x00\x00\x00\xef"
 # Smallest encodings, used to bound counts before looping: an input is 32+4+1+4 bytes, an
 # output 8+1 bytes (extended inputs are larger, so the bound stays safe).
@@ -108,31 +110,44 @@ class Tx:
             return self.raw
         if not self.is_extended:
             raise ValueError(f"tx {self.txid_hex}: extended format needs every input's previous output")
-        parts = [struct.pack("<I", self.version), EXTENDED_MARKER, varint(len(self.inputs))]
-        for i in self.inputs:
-            parts += [
-                i.prev_txid,
-                struct.pack("<I", i.prev_vout),
-                varint(len(i.script_sig)),
-                i.script_sig,
-                struct.pack("<I", i.sequence),
-            ]
-            if self.is_coinbase:
-                parts += [struct.pack("<Q", 0), b"\x00"]
-            else:
-                assert i.prev_script is not None and i.prev_satoshis is not None
-                parts += [struct.pack("<Q", i.prev_satoshis), varint(len(i.prev_script)), i.prev_script]
-        parts.append(varint(len(self.outputs)))
-        for o in self.outputs:
-            parts += [struct.pack("<Q", o.satoshis), varint(len(o.script)), o.script]
-        parts.append(struct.pack("<I", self.locktime))
-        return b"".join(parts)
+        return serialize(self.version, self.inputs, self.outputs, self.locktime, extended=True)
 
     def inpoints(self) -> list[tuple[bytes, int]]:
         """(parent txid, vout) of every input; empty for a coinbase."""
         if self.is_coinbase:
             return []
         return [(i.prev_txid, i.prev_vout) for i in self.inputs]
+
+
+def serialize(
+    version: int, inputs: Sequence[TxIn], outputs: Sequence[TxOut], locktime: int, *, extended: bool = False
+) -> bytes:
+    """A transaction's bytes from its parts: standard, or BIP-239 extended (each input followed
+    by its previous output; a coinbase input by zero satoshis and an empty script)."""
+    parts = [struct.pack("<I", version)]
+    if extended:
+        parts.append(EXTENDED_MARKER)
+    parts.append(varint(len(inputs)))
+    coinbase = len(inputs) == 1 and (inputs[0].prev_txid, inputs[0].prev_vout) == COINBASE_OUTPOINT
+    for i in inputs:
+        parts += [
+            i.prev_txid,
+            struct.pack("<I", i.prev_vout),
+            varint(len(i.script_sig)),
+            i.script_sig,
+            struct.pack("<I", i.sequence),
+        ]
+        if extended:
+            if coinbase:
+                parts += [struct.pack("<Q", 0), b"\x00"]
+            else:
+                assert i.prev_script is not None and i.prev_satoshis is not None
+                parts += [struct.pack("<Q", i.prev_satoshis), varint(len(i.prev_script)), i.prev_script]
+    parts.append(varint(len(outputs)))
+    for o in outputs:
+        parts += [struct.pack("<Q", o.satoshis), varint(len(o.script)), o.script]
+    parts.append(struct.pack("<I", locktime))
+    return b"".join(parts)
 
 
 def varint(n: int) -> bytes:
@@ -254,27 +269,8 @@ def read_txs(buf: bytes, start: int, count: int, *, in_block: bool = False) -> t
                     raise ParseError(f"truncated: input script of {slen} bytes runs past the end", pos)
                 script = buf[pos:end]
                 pos = end + 4
-                seq, n_out = _seq_count(buf, end)  # the last sequence, the output count's first byte
-                append_in(TxIn(prev, vout, script, seq, None, None))
-                pos += 1
-                if n_out >= 0xFD:
-                    n_out, pos = _varint_at(buf, pos - 1, "output count")
-                if n_out * _MIN_OUTPUT > blen - pos:
-                    raise ParseError(f"output count {n_out} exceeds the {blen - pos} bytes that remain", pos)
-                outputs: list[TxOut] = []
-                append_out = outputs.append
-                for _ in range(n_out):
-                    sats, slen = _out_head(buf, pos)
-                    pos += 9
-                    if slen >= 0xFD:
-                        slen, pos = _varint_at(buf, pos - 1, "script length")
-                    end = pos + slen
-                    if end > blen:
-                        raise ParseError(f"truncated: output script of {slen} bytes runs past the end", pos)
-                    append_out(TxOut(sats, buf[pos:end]))
-                    pos = end
-                locktime = _u32(buf, pos)[0]
-                pos += 4
+                append_in(TxIn(prev, vout, script, _u32(buf, end)[0], None, None))
+                outputs, locktime, pos = _read_outputs(buf, pos)
             except (IndexError, struct.error):
                 raise ParseError("truncated transaction", min(pos, blen)) from None
             raw = buf[tx_start:pos]

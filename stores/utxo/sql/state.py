@@ -167,14 +167,11 @@ class StateMixin(SqlBase):
 
     def process_expired_preservations(self, height: int) -> int:
         validate.height("height", height)
-        def find(cur: Any) -> list[bytes]:
-            cur.execute(
-                self._q("SELECT txid FROM txs WHERE preserve_until IS NOT NULL AND preserve_until <= ?"),
-                (height,),
-            )
-            return [bytes(r[0]) for r in cur.fetchall()]
-
-        txids = self._run_read("process_expired_preservations", find)
+        txids = self._txids_where(
+            "process_expired_preservations",
+            "preserve_until IS NOT NULL AND preserve_until <= ?",
+            (height,),
+        )
 
         def change(s: TxState, _h: int) -> None:
             if s.preserve_until is not None and s.preserve_until <= height:
@@ -186,32 +183,27 @@ class StateMixin(SqlBase):
 
     def query_old_unmined(self, cutoff: int) -> list[bytes]:
         validate.height("cutoff", cutoff)
-        def q(cur: Any) -> list[bytes]:
-            cur.execute(
-                self._q(
-                    "SELECT txid FROM txs WHERE unmined_since IS NOT NULL AND unmined_since <= ? "
-                    "ORDER BY unmined_since, txid"
-                ),
-                (cutoff,),
-            )
-            return [bytes(r[0]) for r in cur.fetchall()]
-
-        return self._run_read("query_old_unmined", q)
+        return self._txids_where(
+            "query_old_unmined",
+            "unmined_since IS NOT NULL AND unmined_since <= ? ORDER BY unmined_since, txid",
+            (cutoff,),
+        )
 
     def query_dah(self, height: int, limit: int = 1000) -> list[bytes]:
         validate.height("height", height)
         validate.number("limit", limit)
+        return self._txids_where(
+            "query_dah",
+            "delete_at_height IS NOT NULL AND delete_at_height <= ? ORDER BY delete_at_height, txid LIMIT ?",
+            (height, limit),
+        )
+
+    def _txids_where(self, what: str, where: str, params: tuple[Any, ...]) -> list[bytes]:
         def q(cur: Any) -> list[bytes]:
-            cur.execute(
-                self._q(
-                    "SELECT txid FROM txs WHERE delete_at_height IS NOT NULL AND "
-                    "delete_at_height <= ? ORDER BY delete_at_height, txid LIMIT ?"
-                ),
-                (height, limit),
-            )
+            cur.execute(self._q(f"SELECT txid FROM txs WHERE {where}"), params)
             return [bytes(r[0]) for r in cur.fetchall()]
 
-        return self._run_read("query_dah", q)
+        return self._run_read(what, q)
 
     def delete_expired(self, txids: Sequence[bytes], height: int) -> int:
         """Delete those of these records whose delete-at-height is set and at or below `height`,
