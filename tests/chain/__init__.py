@@ -1,0 +1,1 @@
+"""Chain primitives against real mainnet blocks and every kind of malformed input."""

@@ -1,0 +1,1 @@
+"""The `utxo` command as a user runs it: real processes, SQLite and PostgreSQL stores."""

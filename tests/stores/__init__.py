@@ -1,0 +1,1 @@
+"""The UTXO store conformance suite: every test runs on every backend (see conftest.BACKENDS)."""
