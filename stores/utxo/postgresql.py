@@ -81,6 +81,9 @@ class PostgresUtxoStore(SqlUtxoStore):
     def _db_errors(self) -> tuple[type[BaseException], ...]:
         return (psycopg.Error,)
 
+    def _is_bad_value(self, exc: BaseException) -> bool:
+        return isinstance(exc, (OverflowError, pgerr.DataError))
+
     def _q(self, sql: str) -> str:
         return sql.replace("?", "%s")
 

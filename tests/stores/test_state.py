@@ -312,3 +312,25 @@ def test_bad_arguments_are_processing_errors(store: UtxoStore) -> None:
     got = store.get(f.txid)
     assert got.block_ids == [] and got.preserve_until is None and got.spent_utxos == 0
     assert all(store.get_output((f.txid, v)).state == "unspent" for v in range(3))  # type: ignore[union-attr]
+
+
+def test_a_lost_postgresql_connection_is_a_storage_error_then_recovers(pg_url: str) -> None:
+    import psycopg
+
+    from stores.utxo import StorageError, open_utxo_store
+
+    store = open_utxo_store(pg_url)
+    try:
+        f = funding(1)
+        created(store, f)
+        pid = store._conn.info.backend_pid  # type: ignore[attr-defined]
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        c = child((f, 0))
+        with pytest.raises(StorageError, match="spend"):
+            store.spend(c, 101)
+        assert store.get_output((f.txid, 0)).state == "unspent"  # type: ignore[union-attr]
+        store.spend(c, 101)  # the next call reconnects
+        assert store.get_output((f.txid, 0)).spending_txid == c.txid  # type: ignore[union-attr]
+    finally:
+        store.close()

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from chain import hash_to_hex
 from stores.utxo import validate
-from stores.utxo.errors import StorageError, TxNotFound, UtxoError
+from stores.utxo.errors import ProcessingError, StorageError, TxNotFound, UtxoError
 from stores.utxo.rules import next_dah
 
 T = TypeVar("T")
@@ -181,12 +181,12 @@ class SqlBase(ABC):
                     return fn(cur)
             except UtxoError:
                 raise
-            except self._db_errors() as e:
+            except (*self._db_errors(), OverflowError) as e:
                 if retry and self._is_transient(e) and attempt < self.max_retries:
                     time.sleep(delay)
                     delay = min(delay * 2, 0.5)
                     continue
-                raise StorageError(f"{what} failed in {self.url_safe}: {type(e).__name__}: {e}") from e
+                raise self._wrap(what, e) from e
         raise AssertionError("unreachable")
 
     def _run_read(self, what: str, fn: Callable[[Any], T]) -> T:
@@ -195,8 +195,17 @@ class SqlBase(ABC):
                 return fn(cur)
         except UtxoError:
             raise
-        except self._db_errors() as e:
-            raise StorageError(f"{what} failed in {self.url_safe}: {type(e).__name__}: {e}") from e
+        except (*self._db_errors(), OverflowError) as e:
+            raise self._wrap(what, e) from e
+
+    def _is_bad_value(self, exc: BaseException) -> bool:
+        """True when the database refused a value (out of range, wrong type): the request is at
+        fault, not the store, and retrying it cannot help."""
+        return isinstance(exc, OverflowError)
+
+    def _wrap(self, what: str, e: BaseException) -> UtxoError:
+        kind = ProcessingError if self._is_bad_value(e) else StorageError
+        return kind(f"{what} failed in {self.url_safe}: {type(e).__name__}: {e}")
 
     @property
     def url_safe(self) -> str:
