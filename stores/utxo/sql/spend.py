@@ -70,19 +70,14 @@ class Parent:
     )
 
     def __init__(self, r: tuple[Any, ...]) -> None:
-        self.id: int = r[0]
-        self.check = (bool(r[2]), bool(r[3]), bool(r[4]), bool(r[5]), r[6])
-        self.ok = not (r[2] or r[3] or r[4])
-        self.coinbase = bool(r[5])
-        self.spending_height: int = r[6]
-        self.total: int = r[7]
-        self.spent: int = r[8]
-        self.mined = r[9] is None and r[12] != "[]"
-        self.preserve: int | None = r[10]
-        self.dah: int | None = r[11]
-        self.utxos = bytearray(r[13])
-        self.spendable: dict[str, int] = json.loads(r[14]) if r[14] != "{}" else {}
-        self.reassignments: str = r[15]
+        (self.id, _txid, creating, conflicting, locked, coinbase, self.spending_height, self.total,
+         self.spent, unmined, self.preserve, self.dah, blocks, utxos, spendable, self.reassignments) = r
+        self.check = (bool(creating), bool(conflicting), bool(locked), bool(coinbase), self.spending_height)
+        self.ok = not (creating or conflicting or locked)
+        self.coinbase = bool(coinbase)
+        self.mined = unmined is None and blocks != "[]"
+        self.utxos = bytearray(utxos)
+        self.spendable: dict[str, int] = json.loads(spendable) if spendable != "{}" else {}
         self.changed = False
 
     def output(self, vout: int) -> tuple[bytes, bytes | None, int | None, bool, int | None] | None:
@@ -140,11 +135,8 @@ class SpendMixin(SqlBase):
 
     def spend_many(self, txs: Sequence[Tx], block_height: int) -> list[list[Spend] | UtxoError]:
         validate.height("block_height", block_height)
-        parent_ids: set[bytes] = set()
-        for tx in txs:
-            ins = tx.inputs
-            if not (len(ins) == 1 and ins[0].prev_vout == 0xFFFFFFFF and ins[0].prev_txid == NO_HASH):
-                parent_ids.update([i.prev_txid for i in ins])
+        parent_ids = {i.prev_txid for tx in txs for i in tx.inputs}
+        parent_ids.discard(NO_HASH)  # a coinbase's input names no parent
         height = self._height(block_height)
 
         def unit(cur: Any) -> list[list[Spend] | UtxoError]:
