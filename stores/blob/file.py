@@ -1,0 +1,150 @@
+"""Filesystem blob store (`file://PATH`, the default).
+
+Invariants:
+- A blob is written to a temporary file in its final directory, flushed to disk, then hard-linked
+  to its key. A link never replaces an existing name, so a key is written once, atomically: a
+  reader sees the whole blob or nothing, and of racing writers exactly one link succeeds.
+- Temporary files and marks live under names no key can take (they start with a dot), so a
+  crash leaves at worst a stray temporary file, never a partial blob under a key.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from stores.blob.protocol import BlobNotFound, check_key
+from stores.utxo.errors import StorageError
+
+PREFIX = "file://"
+MARKS = ".dah"
+
+
+class FileBlobStore:
+    def __init__(self, url: str) -> None:
+        if not url.startswith(PREFIX) or len(url) == len(PREFIX):
+            raise ValueError(f"not a file blob URL (expected {PREFIX}PATH): {url}")
+        self.url = url
+        self.root = Path(url[len(PREFIX) :])
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StorageError(f"cannot create blob directory {self.root}: {e}") from e
+
+    def _path(self, key: str) -> Path:
+        return self.root / check_key(key)
+
+    def _mark(self, key: str) -> Path:
+        return self.root / MARKS / f"{check_key(key)}.dah"
+
+    def _fail(self, key: str, action: str, e: OSError) -> StorageError:
+        return StorageError(f"blob {key}: cannot {action} in {self.root}: {e.strerror or e}")
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        if path.exists():
+            return False
+        tmp: str | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            _fsync_dir(path.parent)
+            return True
+        except OSError as e:
+            raise self._fail(key, "write", e) from e
+        finally:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:  # the blob itself is whole; a stray temp file is harmless
+                    raise self._fail(key, "remove a temporary file", e) from e
+
+    def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                if start:
+                    f.seek(start)
+                return f.read() if end is None else f.read(max(0, end - start))
+        except FileNotFoundError:
+            raise BlobNotFound(key) from None
+        except OSError as e:
+            raise self._fail(key, "read", e) from e
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def delete(self, key: str) -> None:
+        for p in (self._path(key), self._mark(key)):
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise self._fail(key, "delete", e) from e
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        start = self.root
+        if "/" in prefix:
+            start = self.root / prefix.rsplit("/", 1)[0]
+        if not start.is_dir():
+            return
+        for dirpath, dirnames, filenames in os.walk(start):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            rel = os.path.relpath(dirpath, self.root)
+            for name in filenames:
+                if name.startswith("."):
+                    continue
+                key = name if rel == "." else f"{rel.replace(os.sep, '/')}/{name}"
+                if key.startswith(prefix):
+                    yield key
+
+    def set_dah(self, key: str, height: int | None) -> None:
+        if not self.exists(key):
+            raise BlobNotFound(key)
+        mark = self._mark(key)
+        try:
+            if height is None:
+                mark.unlink(missing_ok=True)
+                return
+            mark.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=mark.parent)
+            with os.fdopen(fd, "w") as f:
+                f.write(str(int(height)))
+            os.replace(tmp, mark)  # a mark may change, so it is replaced, atomically
+        except OSError as e:
+            raise self._fail(key, "mark", e) from e
+
+    def get_dah(self, key: str) -> int | None:
+        try:
+            return int(self._mark(key).read_text())
+        except FileNotFoundError:
+            if not self.exists(key):
+                raise BlobNotFound(key) from None
+            return None
+        except OSError as e:
+            raise self._fail(key, "read the mark of", e) from e
+
+    def close(self) -> None:
+        pass
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a new directory entry durable (the link that publishes a blob)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

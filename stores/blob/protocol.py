@@ -1,0 +1,71 @@
+"""The blob store Protocol and the key rules every backend shares.
+
+Invariants every backend keeps (the conformance suite in tests/blobs checks each):
+- put_if_absent never overwrites and is atomic: of racing writers of one key exactly one wins,
+  and no reader ever sees a partial blob.
+- A failure of the store (server down, permission denied, disk full) raises StorageError naming
+  the key, and leaves nothing half-written under that key.
+- Keys are relative paths of [A-Za-z0-9._-] segments; their extension names the kind
+  (`.tx`, `.outputs`, `.block`). Each blob may carry a delete-at-height mark.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Protocol, runtime_checkable
+
+from chain import hash_to_hex
+from stores.utxo.errors import ProcessingError, UtxoError
+
+KINDS = ("tx", "outputs", "block")
+_KEY = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$")
+
+
+class BlobNotFound(UtxoError):
+    code = "BLOB_NOT_FOUND"
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"blob {key} not found")
+        self.key = key
+
+
+def check_key(key: str) -> str:
+    """A key as the stores accept it, or ProcessingError naming what is wrong."""
+    if not isinstance(key, str) or not _KEY.match(key) or ".." in key.split("/") or len(key) > 512:
+        raise ProcessingError(f"bad blob key {key!r}: relative path of [A-Za-z0-9._-] segments expected")
+    return key
+
+
+def blob_key(hash_: bytes, kind: str) -> str:
+    """The key of a block or transaction blob: two-character shard, display hex, kind extension."""
+    if kind not in KINDS:
+        raise ProcessingError(f"unknown blob kind {kind!r} (known: {', '.join(KINDS)})")
+    h = hash_to_hex(hash_)
+    return f"{h[:2]}/{h}.{kind}"
+
+
+@runtime_checkable
+class BlobStore(Protocol):
+    url: str
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Store `data` under `key` unless something is there: True if this call wrote it."""
+
+    def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        """The blob, or bytes [start, end) of it; BlobNotFound if absent."""
+
+    def exists(self, key: str) -> bool: ...
+
+    def delete(self, key: str) -> None:
+        """Remove the blob and its mark; a missing blob is not an error."""
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Keys that start with `prefix`, in no particular order."""
+
+    def set_dah(self, key: str, height: int | None) -> None:
+        """Mark the blob for deletion at `height` (None clears the mark); BlobNotFound if absent."""
+
+    def get_dah(self, key: str) -> int | None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,173 @@
+"""Conformance: the blob store's operations and failure behaviour (every backend)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chain import parse_block
+from stores.blob import BlobNotFound, BlobStore, blob_key, open_blob_store
+from stores.utxo.errors import ProcessingError, StorageError
+
+
+def test_put_get_and_never_overwrite(blobs: BlobStore) -> None:
+    assert blobs.put_if_absent("ab/one.tx", b"first")
+    assert not blobs.put_if_absent("ab/one.tx", b"second")
+    assert blobs.get("ab/one.tx") == b"first"
+    assert blobs.exists("ab/one.tx") and not blobs.exists("ab/two.tx")
+
+
+def test_ranged_reads(blobs: BlobStore) -> None:
+    blobs.put_if_absent("r.block", bytes(range(100)))
+    assert blobs.get("r.block", 10, 20) == bytes(range(10, 20))
+    assert blobs.get("r.block", 90) == bytes(range(90, 100))
+    assert blobs.get("r.block", 95, 200) == bytes(range(95, 100))
+    assert blobs.get("r.block", 5, 5) == b""
+    with pytest.raises(BlobNotFound):
+        blobs.get("nothing.block", 1, 2)
+
+
+def test_missing_blob_and_idempotent_delete(blobs: BlobStore) -> None:
+    with pytest.raises(BlobNotFound) as e:
+        blobs.get("cd/missing.tx")
+    assert e.value.key == "cd/missing.tx" and e.value.code == "BLOB_NOT_FOUND"
+    blobs.delete("cd/missing.tx")  # not an error
+    blobs.put_if_absent("cd/there.tx", b"x")
+    blobs.set_dah("cd/there.tx", 7)
+    blobs.delete("cd/there.tx")
+    assert not blobs.exists("cd/there.tx")
+    assert blobs.put_if_absent("cd/there.tx", b"again")  # deleted means writable again
+    assert blobs.get_dah("cd/there.tx") is None  # the mark went with the blob
+
+
+def test_list_by_prefix(blobs: BlobStore) -> None:
+    keys = ["aa/1.tx", "aa/2.outputs", "ab/3.block", "b.tx"]
+    for k in keys:
+        blobs.put_if_absent(k, k.encode())
+    blobs.set_dah("aa/1.tx", 5)  # marks are not blobs
+    assert sorted(blobs.list()) == sorted(keys)
+    assert sorted(blobs.list("aa/")) == ["aa/1.tx", "aa/2.outputs"]
+    assert sorted(blobs.list("a")) == ["aa/1.tx", "aa/2.outputs", "ab/3.block"]
+    assert list(blobs.list("zz/")) == []
+
+
+def test_delete_at_height_marks(blobs: BlobStore) -> None:
+    blobs.put_if_absent("m.tx", b"m")
+    assert blobs.get_dah("m.tx") is None
+    blobs.set_dah("m.tx", 1000)
+    assert blobs.get_dah("m.tx") == 1000
+    blobs.set_dah("m.tx", 1200)
+    assert blobs.get_dah("m.tx") == 1200
+    blobs.set_dah("m.tx", None)
+    assert blobs.get_dah("m.tx") is None
+    assert blobs.get("m.tx") == b"m"
+    with pytest.raises(BlobNotFound):
+        blobs.set_dah("absent.tx", 5)
+    with pytest.raises(BlobNotFound):
+        blobs.get_dah("absent.tx")
+
+
+def test_keys_are_checked(blobs: BlobStore) -> None:
+    for bad in ("../escape.tx", "/abs.tx", ".hidden", "a//b.tx", "a/../b.tx", "sp ace.tx", ""):
+        with pytest.raises(ProcessingError):
+            blobs.put_if_absent(bad, b"x")
+    assert list(blobs.list()) == []
+
+
+def test_blob_keys_name_the_kind() -> None:
+    h = bytes(range(32))
+    assert blob_key(h, "tx") == f"{h[::-1].hex()[:2]}/{h[::-1].hex()}.tx"
+    assert blob_key(h, "block").endswith(".block") and blob_key(h, "outputs").endswith(".outputs")
+    with pytest.raises(ProcessingError):
+        blob_key(h, "exe")
+
+
+def test_a_real_block_round_trips(blobs: BlobStore, data_dir: Path) -> None:
+    raw = (data_dir / "mainnet-413567.block").read_bytes()
+    block = parse_block(raw)
+    key = blob_key(block.hash, "block")
+    assert blobs.put_if_absent(key, raw)
+    assert blobs.get(key) == raw
+    assert blobs.get(key, 0, 80) == raw[:80]
+    assert parse_block(blobs.get(key)).hash == block.hash
+
+
+def _racer(url: str, key: str, data: bytes, barrier: Any, out: Any) -> None:
+    store = open_blob_store(url)
+    barrier.wait(timeout=60)
+    out.put((data, store.put_if_absent(key, data)))
+
+
+def test_racing_writers_exactly_one_wins(blob_url: str, blobs: BlobStore) -> None:
+    ctx = mp.get_context("spawn")
+    n = 4
+    for round_ in range(3):
+        key = f"race/{round_}.tx"
+        barrier, out = ctx.Barrier(n), ctx.Queue()
+        datas = [bytes([w]) * 200_000 for w in range(n)]
+        procs = [ctx.Process(target=_racer, args=(blob_url, key, d, barrier, out)) for d in datas]
+        for p in procs:
+            p.start()
+        results = [out.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(timeout=30)
+            assert p.exitcode == 0
+        winners = [d for d, won in results if won]
+        assert len(winners) == 1
+        assert blobs.get(key) == winners[0]
+
+
+def test_a_server_that_is_down_is_a_storage_error_naming_the_key() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    store = open_blob_store(f"s3://utxoflow-down/p?endpoint_url=http://127.0.0.1:{port}&region=us-east-1")
+    for call in (
+        lambda: store.put_if_absent("ab/k.tx", b"x"),
+        lambda: store.get("ab/k.tx"),
+        lambda: store.exists("ab/k.tx"),
+    ):
+        with pytest.raises(StorageError, match=r"ab/k\.tx"):
+            call()
+
+
+def test_an_unwritable_directory_is_a_storage_error_naming_the_key(tmp_path: Path) -> None:
+    store = open_blob_store(f"file://{tmp_path}/blobs")
+    (tmp_path / "blobs" / "ab").write_bytes(b"a file where a directory must go")
+    with pytest.raises(StorageError, match=r"ab/k\.tx"):
+        store.put_if_absent("ab/k.tx", b"x")
+
+
+_DISK_FULL = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # a disk that fills after 4 KiB
+from stores.blob import open_blob_store
+from stores.utxo.errors import StorageError
+store = open_blob_store(sys.argv[1])
+try:
+    store.put_if_absent("ab/big.block", b"x" * 100_000)
+except StorageError as e:
+    print("StorageError:", e)
+    sys.exit(0)
+sys.exit(1)
+"""
+
+
+def test_a_full_disk_leaves_nothing_half_written(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    url = f"file://{tmp_path}/blobs"
+    done = subprocess.run([sys.executable, "-c", _DISK_FULL, url], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "ab/big.block" in done.stdout
+    store = open_blob_store(url)
+    assert not store.exists("ab/big.block")
+    assert [p.name for p in (tmp_path / "blobs").rglob("*") if p.is_file()] == []  # no temp file left
+    assert store.put_if_absent("ab/big.block", b"x" * 100_000)  # and the key is still free
