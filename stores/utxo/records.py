@@ -186,3 +186,23 @@ class UtxoStats:
 
     def to_json(self) -> dict[str, Any]:
         return {"utxos": self.utxos, "satoshis": self.satoshis, "txs": self.txs, "height": self.height}
+
+
+LOCK_TYPE = "tx_creation"
+
+
+@dataclass(frozen=True, slots=True)
+class CreationLock:
+    txid: bytes
+    created_at: int  # ms since the epoch
+    expires_at: int
+    process_id: int
+    hostname: str
+    expected_recs: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "txid": hash_to_hex(self.txid), "lock_type": LOCK_TYPE, "created_at": self.created_at,
+            "expires_at": self.expires_at, "process_id": self.process_id, "hostname": self.hostname,
+            "expected_recs": self.expected_recs,
+        }

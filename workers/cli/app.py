@@ -55,7 +55,12 @@ class Context:
     def open_store(self, url: str | None = None) -> UtxoStore:
         s = self.settings
         return open_utxo_store(
-            url or s.store_url, retention=s.block_height_retention, batch_size=s.batch_size
+            url or s.store_url,
+            retention=s.block_height_retention,
+            batch_size=s.batch_size,
+            lock_base_ttl=s.lock_base_ttl,
+            lock_per_record_ttl=s.lock_per_record_ttl,
+            lock_max_ttl=s.lock_max_ttl,
         )
 
 

@@ -52,6 +52,20 @@ CREATE TABLE IF NOT EXISTS txs (
 
 META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
+# Lock records of two-phase creation (seed 000): create-only, one per txid, with an expiry so a
+# dead holder's lock lapses. Kept apart from `txs` so a lock never looks like a record.
+LOCKS = """
+CREATE TABLE IF NOT EXISTS tx_locks (
+    txid {blob} PRIMARY KEY,
+    lock_type TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL,
+    process_id INTEGER NOT NULL,
+    hostname TEXT NOT NULL,
+    expected_recs INTEGER NOT NULL
+)
+"""
+
 INDEXES = [
     "CREATE INDEX IF NOT EXISTS txs_dah ON txs (delete_at_height) WHERE delete_at_height IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS txs_unmined ON txs (unmined_since) WHERE unmined_since IS NOT NULL",
@@ -60,4 +74,4 @@ INDEXES = [
 
 
 def ddl(blob: str, bigint: str, opts: str = "", extra: tuple[str, ...] = ()) -> list[str]:
-    return [*extra, TXS.format(blob=blob, bigint=bigint, opts=opts), META, *INDEXES]
+    return [*extra, TXS.format(blob=blob, bigint=bigint, opts=opts), META, LOCKS.format(blob=blob), *INDEXES]

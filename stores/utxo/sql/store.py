@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 from stores.utxo.sql.create import ImportMixin
+from stores.utxo.sql.locks import LockMixin
 from stores.utxo.sql.read import ReadMixin
 from stores.utxo.sql.spend import SpendMixin
 from stores.utxo.sql.state import StateMixin
 
 
-class SqlUtxoStore(ImportMixin, SpendMixin, StateMixin, ReadMixin):
+class SqlUtxoStore(ImportMixin, SpendMixin, StateMixin, ReadMixin, LockMixin):
     """Implements `stores.utxo.protocol.UtxoStore`; a backend module supplies the dialect hooks."""
 
-    def __init__(self, url: str, *, retention: int = 288, batch_size: int = 20000) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        retention: int = 288,
+        batch_size: int = 20000,
+        lock_base_ttl: float = 30.0,
+        lock_per_record_ttl: float = 2.0,
+        lock_max_ttl: float = 300.0,
+    ) -> None:
         self.url = url
         self.retention = retention
         self.batch_size = batch_size
+        self.lock_base_ttl = lock_base_ttl
+        self.lock_per_record_ttl = lock_per_record_ttl
+        self.lock_max_ttl = lock_max_ttl
         self.block_height = 0

@@ -1,0 +1,89 @@
+"""Lock records of two-phase creation (seed 000, ARCHITECTURE "Two-phase creation").
+
+Invariants:
+- At most one live lock per txid: acquiring inserts create-only, so of racing creators exactly
+  one gets it; the others learn who holds it.
+- A lock lives 30 s + 2 s per record, at most 300 s (the settings' UTXO_LOCK_* values), then
+  lapses: the next acquirer removes an expired lock in the same unit that inserts its own, so a
+  creator that died never blocks the transaction for longer than its TTL.
+- Release removes only the caller's own lock (same holder and creation time), so a creator
+  whose lock lapsed and was taken over cannot release its successor's.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any
+
+from stores.utxo import validate
+from stores.utxo.records import LOCK_TYPE, CreationLock
+from stores.utxo.sql.base import SqlBase
+
+
+class LockMixin(SqlBase):
+    lock_base_ttl = 30.0
+    lock_per_record_ttl = 2.0
+    lock_max_ttl = 300.0
+
+    def lock_ttl(self, records: int) -> float:
+        """Seconds a creation lock for this many records lives."""
+        return min(self.lock_base_ttl + self.lock_per_record_ttl * records, self.lock_max_ttl)
+
+    def acquire_creation_lock(self, txid: bytes, expected_recs: int) -> CreationLock | None:
+        """Take the lock for creating `txid`; None when someone else holds a live one."""
+        validate.hash32("txid", txid)
+        validate.number("expected_recs", expected_recs)
+        now = int(time.time() * 1000)
+        lock = CreationLock(
+            txid, now, now + int(self.lock_ttl(expected_recs) * 1000), os.getpid(),
+            socket.gethostname(), expected_recs,
+        )
+
+        def unit(cur: Any) -> bool:
+            cur.execute(self._q("DELETE FROM tx_locks WHERE txid = ? AND expires_at <= ?"), (txid, now))
+            cur.execute(
+                self._q(
+                    "INSERT INTO tx_locks (txid, lock_type, created_at, expires_at, process_id, hostname, "
+                    "expected_recs) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (txid) DO NOTHING"
+                ),
+                (txid, LOCK_TYPE, lock.created_at, lock.expires_at, lock.process_id, lock.hostname,
+                 expected_recs),
+            )
+            return bool(cur.rowcount == 1)
+
+        return lock if self._run_write("acquire_creation_lock", unit) else None
+
+    def release_creation_lock(self, lock: CreationLock) -> bool:
+        """Remove this holder's lock; False when it had lapsed and is gone or taken over."""
+
+        def unit(cur: Any) -> bool:
+            cur.execute(
+                self._q(
+                    "DELETE FROM tx_locks WHERE txid = ? AND created_at = ? AND process_id = ? "
+                    "AND hostname = ?"
+                ),
+                (lock.txid, lock.created_at, lock.process_id, lock.hostname),
+            )
+            return bool(cur.rowcount == 1)
+
+        return self._run_write("release_creation_lock", unit)
+
+    def get_creation_lock(self, txid: bytes) -> CreationLock | None:
+        """The live lock on `txid`, for inspection; an expired one counts as none."""
+        validate.hash32("txid", txid)
+        now = int(time.time() * 1000)
+
+        def q(cur: Any) -> Any:
+            cur.execute(
+                self._q(
+                    "SELECT created_at, expires_at, process_id, hostname, expected_recs FROM tx_locks "
+                    "WHERE txid = ? AND expires_at > ?"
+                ),
+                (txid, now),
+            )
+            return cur.fetchone()
+
+        r = self._run_read("get_creation_lock", q)
+        return None if r is None else CreationLock(txid, r[0], r[1], r[2], r[3], r[4])
