@@ -51,6 +51,8 @@ class PostgresUtxoStore(SqlUtxoStore):
         opts = " WITH (fillfactor = 85)"
         cur.execute("SELECT to_regclass('txs') IS NOT NULL")
         existed = bool(cur.fetchone()[0])
+        if not existed and not self.may_create:
+            raise StorageError(f"no UTXO store at {self.url_safe}")
         for stmt in ddl("BYTEA", "BIGINT", opts, ("CREATE SEQUENCE IF NOT EXISTS txs_id_seq",)):
             cur.execute(stmt)
         self._check_schema_version(cur, existed)

@@ -59,7 +59,14 @@ class UtxoStore(Protocol):
         frozen: bool = False,
     ) -> TxMeta: ...
 
-    def import_utxos(self, utxos: Iterable[Utxo], block_id: int = 0) -> int: ...
+    def import_utxos(
+        self,
+        utxos: Iterable[Utxo],
+        block_id: int = 0,
+        *,
+        height: int | None = None,
+        block_hash: bytes | None = None,
+    ) -> int: ...
     def is_empty(self) -> bool: ...
 
     # -- reads ------------------------------------------------------------------------------

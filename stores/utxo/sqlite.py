@@ -39,6 +39,8 @@ class SqliteUtxoStore(SqlUtxoStore):
     def __init__(self, url: str, **opts: Any) -> None:
         super().__init__(url, **opts)
         path = sqlite_path(url)
+        if path != ":memory:" and not self.may_create and not Path(path).is_file():
+            raise StorageError(f"no UTXO store at {path}")
         if path != ":memory:":
             try:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -70,11 +72,16 @@ class SqliteUtxoStore(SqlUtxoStore):
             self._run_write("create schema", self._schema)
         except sqlite3.Error as e:
             raise StorageError(f"cannot open SQLite store {path}: {e}") from e
+        except StorageError:
+            self._conn.close()
+            raise
         self.block_height = self._load_block_height()
 
     def _schema(self, cur: Any) -> None:
         cur.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'txs'")
         existed = cur.fetchone() is not None
+        if not existed and not self.may_create:
+            raise StorageError(f"no UTXO store at {sqlite_path(self.url)} (the file holds no store)")
         # INTEGER PRIMARY KEY is SQLite's rowid: new records append to the table.
         for stmt in ddl("BLOB", "INTEGER"):
             cur.execute(stmt)

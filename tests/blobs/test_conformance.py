@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +165,11 @@ def test_a_full_disk_leaves_nothing_half_written(tmp_path: Path) -> None:
     import sys
 
     url = f"file://{tmp_path}/blobs"
-    done = subprocess.run([sys.executable, "-c", _DISK_FULL, url], capture_output=True, text=True, timeout=60)
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's code, not an installed one
+    done = subprocess.run(
+        [sys.executable, "-c", _DISK_FULL, url], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": root}, cwd=root,
+    )
     assert done.returncode == 0, done.stderr
     assert "ab/big.block" in done.stdout
     store = open_blob_store(url)

@@ -2,7 +2,8 @@
 in a temporary directory and against PostgreSQL.
 
 PostgreSQL: one fresh database per test session, `utxoflow_cli_<random>` on
-UTXOFLOW_TEST_PG (default postgresql://postgres@127.0.0.1:5432, trust auth), dropped at the end.
+the server of UTXOFLOW_PG_ADMIN (default postgresql://postgres@127.0.0.1:5432/postgres,
+trust auth), dropped at the end.
 Each store inside it is a schema of its own, chosen through the URL's search_path, so a test
 that needs an empty store gets one without creating another database.
 """
@@ -14,7 +15,6 @@ import os
 import secrets
 import subprocess
 import sys
-import sysconfig
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,15 +25,20 @@ import pytest
 
 from chain import parse_header
 
-PG_SERVER = os.environ.get("UTXOFLOW_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
+# The server of tests/stores too (UTXOFLOW_PG_ADMIN names its maintenance database).
+PG_ADMIN = os.environ.get("UTXOFLOW_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
+PG_SERVER = PG_ADMIN.rsplit("/", 1)[0]
 PREVOUTS = "mainnet-413567.prevouts.jsonl"
 SNAPSHOT_HEIGHT = 413566
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
 def utxo_command() -> list[str]:
-    """The installed console script of this interpreter; `python -m workers.cli` without one."""
-    script = Path(sysconfig.get_path("scripts")) / "utxo"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "workers.cli"]
+    """`utxo` as this checkout's code: `python -m workers.cli` with the checkout first on the path
+    (see `run_utxo`), so that an installed `utxo` of another checkout can never stand in."""
+    return [sys.executable, "-m", "workers.cli"]
 
 
 @dataclass
@@ -59,6 +64,7 @@ Run = Callable[..., Result]
 def run_utxo(*args: str, cwd: Path, env: dict[str, str] | None = None, stdin: str | None = None) -> Result:
     """Run `utxo ARGS` with no UTXO_* variables of the caller's environment, plus `env`."""
     full = {k: v for k, v in os.environ.items() if not k.upper().startswith("UTXO_")}
+    full["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     full.update(env or {})
     p = subprocess.run(
         [*utxo_command(), *args], cwd=cwd, env=full, input=stdin, capture_output=True, text=True,

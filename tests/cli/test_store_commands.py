@@ -86,7 +86,8 @@ def test_outpoint_missing_exits_1(imported: Imported, snapshot: list[Entry], pre
 
 
 def test_outpoint_malformed_exits_2(run: Run) -> None:
-    for arg in ("ab" * 32, f"{'zz' * 32}:4294967296"):
+    for arg in ("ab" * 32, f"{'zz' * 32}:1", f"{'ab' * 32}:4294967296", f"{'ab' * 32}:\u0660",
+                f"{'ab' * 32}:-1", f"{'ab' * 32}:"):
         r = run("outpoint", arg)
         assert r.code == 2, arg
         assert r.out == "" and len(r.err_lines) == 1 and "OUTPOINT" in r.err, (arg, r.err)
@@ -212,3 +213,50 @@ def test_import_bad_options_exit_2(run: Run, data_dir: Path, tmp_path: Path) -> 
         r = run("--store-url", f"sqlite:///{tmp_path}/s.db", "import-utxos", *args)
         assert r.code == 2, args
         assert len(r.err_lines) == 1 and what in r.err, (args, r.err)
+
+
+def test_reading_commands_never_create_a_store(run: Run, tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "utxo.db"
+    for args in (("stats",), ("utxos",), ("tx", "ab" * 32), ("outpoint", f"{'ab' * 32}:0")):
+        r = run("--store-url", f"sqlite:///{missing}", *args)
+        assert r.code == 2 and r.out == "", (args, r.out)
+        assert r.err_lines == [f"utxo: error: [STORAGE_ERROR] no UTXO store at {missing}"], r.err
+    assert not missing.parent.exists()
+    r = run("stats")  # the default URL, relative to the working directory
+    assert r.code == 2 and "no UTXO store at ./data/utxo.db" in r.err
+    assert not (tmp_path / "data").exists()
+
+
+def test_unreachable_or_unknown_stores_are_one_line_errors(run: Run) -> None:
+    for url, words in (
+        ("postgresql://postgres@127.0.0.1:1/x?password=hunter2", "cannot connect to PostgreSQL"),
+        ("mysql://127.0.0.1/x", "unknown UTXO store URL scheme"),
+    ):
+        r = run("--store-url", url, "stats")
+        assert r.code == 2 and r.out == "", url
+        assert len(r.err_lines) == 1 and words in r.err, r.err
+        assert "hunter2" not in r.err
+
+
+def test_bare_utxo_is_a_one_line_usage_error(run: Run) -> None:
+    r = run()
+    assert r.code == 2 and r.out == "" and len(r.err_lines) == 1, r.err
+
+
+def test_a_closed_pipe_ends_a_listing_quietly(imported: Imported) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.cli.conftest import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UTXO_")}
+    env["PYTHONPATH"] = str(ROOT)
+    cmd = [sys.executable, "-m", "workers.cli", "--store-url", imported.url, "utxos"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=imported.cwd)
+    assert p.stdout is not None and p.stderr is not None
+    first = p.stdout.readline()
+    p.stdout.close()  # the reader goes away, as `| head -1` does
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 0, err
+    assert first.startswith(b'{"txid"') and err == b""

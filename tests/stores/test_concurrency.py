@@ -22,6 +22,13 @@ PARENTS = 60
 
 
 def _worker(url: str, seed: int, parents: list[bytes], kids: list[bytes], barrier: Any, out: Any) -> None:
+    try:
+        _work(url, seed, parents, kids, barrier, out)
+    except Exception as e:  # reported to the parent at once, not as a queue time-out
+        out.put(([repr(e)], []))
+
+
+def _work(url: str, seed: int, parents: list[bytes], kids: list[bytes], barrier: Any, out: Any) -> None:
     rng = random.Random(seed)
     store = open_utxo_store(url)
     ps = [parse_tx(r) for r in parents]

@@ -172,3 +172,29 @@ def test_import_utxos_refuses_inconsistent_entries(store: UtxoStore) -> None:
     with pytest.raises(TxExists):  # the same txid again, further down the stream
         store.import_utxos([_u(d, 0), _u(b"\x0e" * 32, 0), _u(d, 1)])
     assert store.is_empty()
+
+
+def test_import_sets_height_and_block_in_the_same_transaction(store: UtxoStore, store_url: str) -> None:
+    from stores.utxo import open_utxo_store
+
+    block = bytes(range(32))
+    assert store.import_utxos([_u(b"\x0a" * 32, 0, height=90)], height=99, block_hash=block) == 1
+    assert store.block_height == 99
+    other = open_utxo_store(store_url)
+    try:
+        assert other.block_height == 99
+    finally:
+        other.close()
+    with pytest.raises(TxExists):  # a failing import moves nothing, the height included
+        store.import_utxos([_u(b"\x0b" * 32, 0), _u(b"\x0a" * 32, 1)], height=500, block_hash=block)
+    again = open_utxo_store(store_url)
+    try:
+        assert again.block_height == 99
+    finally:
+        again.close()
+
+
+def test_an_empty_snapshot_is_refused(store: UtxoStore) -> None:
+    with pytest.raises(ProcessingError, match="no entries"):
+        store.import_utxos([], height=10, block_hash=b"\x01" * 32)
+    assert store.is_empty() and store.block_height == 0

@@ -46,10 +46,13 @@ def test_a_lapsed_lock_is_taken_over_and_its_holder_cannot_release_it(store_url:
 
 
 def _acquirer(url: str, barrier: Any, out: Any) -> None:
-    store = open_utxo_store(url)
-    barrier.wait(timeout=60)
-    out.put(store.acquire_creation_lock(TXID, 2) is not None)
-    store.close()
+    try:
+        store = open_utxo_store(url)
+        barrier.wait(timeout=60)
+        out.put(store.acquire_creation_lock(TXID, 2) is not None)
+        store.close()
+    except Exception as e:  # reported to the parent at once, not as a queue time-out
+        out.put(repr(e))
 
 
 def test_racing_acquirers_exactly_one_wins(store: UtxoStore, store_url: str) -> None:

@@ -13,20 +13,22 @@ ROUNDS = 25
 
 
 def _racer(url: str, raws: list[bytes], barrier: Any, out: Any) -> None:
-    store = open_utxo_store(url)
-    results = []
-    for raw in raws:
-        tx = parse_tx(raw)
-        barrier.wait(timeout=60)
-        try:
-            store.spend(tx, 101)
-            results.append(("won", tx.txid))
-        except SpendRejected as e:
-            err = e.first
-            assert isinstance(err, UtxoSpent), err
-            results.append(("lost", err.spending_txid))
-    store.close()
-    out.put(results)
+    results: list[Any] = []
+    try:
+        store = open_utxo_store(url)
+        for raw in raws:
+            tx = parse_tx(raw)
+            barrier.wait(timeout=60)
+            try:
+                store.spend(tx, 101)
+                results.append(("won", tx.txid))
+            except SpendRejected as e:
+                results.append(("lost", e.first.spending_txid) if isinstance(e.first, UtxoSpent) else repr(e))
+        store.close()
+    except Exception as e:  # reported to the parent at once, not as a queue time-out
+        results.append(repr(e))
+    finally:
+        out.put(results)
 
 
 def test_two_processes_racing_for_one_output(store: UtxoStore, store_url: str) -> None:

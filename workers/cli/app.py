@@ -52,7 +52,9 @@ class Context:
                 log(f"warning: {name} is not a setting (ignored)")
         return self._settings
 
-    def open_store(self, url: str | None = None) -> UtxoStore:
+    def open_store(self, url: str | None = None, *, create: bool = True) -> UtxoStore:
+        """The UTXO store of the settings; readers pass create=False, so that a mistyped URL is
+        an error rather than a new, empty store."""
         s = self.settings
         return open_utxo_store(
             url or s.store_url,
@@ -61,6 +63,7 @@ class Context:
             lock_base_ttl=s.lock_base_ttl,
             lock_per_record_ttl=s.lock_per_record_ttl,
             lock_max_ttl=s.lock_max_ttl,
+            create=create,
         )
 
 
@@ -133,8 +136,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rv = cli.main(args=args, prog_name="utxo", standalone_mode=False)
         code = rv if isinstance(rv, int) else EXIT_OK
-    except click.exceptions.NoArgsIsHelpError as e:
-        sys.stderr.write(e.format_message() + "\n")
+    except click.exceptions.NoArgsIsHelpError:
+        # One line, as for every usage error (the help is one `utxo --help` away).
+        sys.stderr.write("utxo: error: a command is missing (utxo --help lists them)\n")
         code = EXIT_BAD_INPUT
     except click.ClickException as e:
         _fail("error", e.format_message(), EXIT_BAD_INPUT)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from chain import Tx, parse_block
+from chain import Tx, parse_block, parse_header
 from stores.utxo import UtxoError, UtxoStore, open_utxo_store
 from workers.cli.app import BadInput, Context, cli, emit
 from workers.cli.progress import Reporter
@@ -83,10 +83,12 @@ def run_demo(store: UtxoStore, data: Path) -> dict[str, Any]:
             raise BadInput(f"demo data not found: {p} (set --data or UTXOFLOW_DATA to shared/data)")
     started = time.perf_counter()
     with Reporter() as rep:
+        raw = block_path.read_bytes()
+        parent = parse_header(raw).prev_hash  # the snapshot is taken at the block's parent
         with open(prevouts_path, "rb") as f:
-            import_snapshot(store, f, HEIGHT - 1, PREVOUTS_FILE, rep)
+            import_snapshot(store, f, HEIGHT - 1, parent, PREVOUTS_FILE, rep)
         with rep.step("parse block", 1, "blocks") as advance:
-            block = parse_block(block_path.read_bytes())
+            block = parse_block(raw)
             root, mutated = block.computed_merkle_root()
             if root != block.header.merkle_root or mutated:
                 raise BadInput(f"{block_path}: the merkle root does not match the transactions")

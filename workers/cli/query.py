@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import click
@@ -26,7 +27,7 @@ def parse_outpoint(text: str) -> tuple[bytes, int]:
     if not sep:
         raise BadInput(f"OUTPOINT: expected TXID:VOUT, got {text!r}")
     txid = parse_txid(txid_hex, "OUTPOINT txid")
-    if not vout_text.isdigit() or int(vout_text) > MAX_VOUT:
+    if not re.fullmatch(r"[0-9]{1,10}", vout_text) or int(vout_text) > MAX_VOUT:
         raise BadInput(f"OUTPOINT: the output index must be an integer 0..{MAX_VOUT}, got {vout_text!r}")
     return txid, int(vout_text)
 
@@ -55,7 +56,7 @@ def config_cmd(obj: Context) -> None:
 def tx_cmd(obj: Context, txid: str) -> None:
     """A transaction record's metadata; "hex" holds the raw transaction when the store has it."""
     key = parse_txid(txid)
-    store = obj.open_store()
+    store = obj.open_store(create=False)
     try:
         meta = store.get(key)
     except TxNotFound:
@@ -77,7 +78,7 @@ def outpoint_cmd(obj: Context, outpoint: str) -> None:
     A missing output prints {"state": "missing"} and exits 1.
     """
     key = parse_outpoint(outpoint)
-    store = obj.open_store()
+    store = obj.open_store(create=False)
     try:
         info = store.get_output(key)
     finally:
@@ -108,7 +109,7 @@ def utxos_cmd(obj: Context, confirmed: bool, script_hex: str | None, address: st
             script = address_to_script(address)
         except ValueError as e:
             raise BadInput(f"--address: {e}") from None
-    store = obj.open_store()
+    store = obj.open_store(create=False)
     write = sys.stdout.write
     rows = store.iter_utxos(confirmed=confirmed, script=script)
     try:
@@ -128,7 +129,7 @@ def utxos_cmd(obj: Context, confirmed: bool, script_hex: str | None, address: st
 @click.pass_obj
 def stats_cmd(obj: Context) -> None:
     """{"utxos","satoshis","height","txs"} of the confirmed set."""
-    store = obj.open_store()
+    store = obj.open_store(create=False)
     try:
         emit(store.stats().to_json())
     finally:

@@ -25,12 +25,12 @@ import click
 
 from chain import hash_to_hex, hex_to_hash, is_data_carrier
 from stores.utxo import TxExists, Utxo, UtxoStore
+from stores.utxo.validate import MAX_SNAPSHOT_VOUT
 from workers.cli.app import BadInput, Context, cli, emit
 from workers.cli.progress import Reporter
 from workers.settings import mask_url
 
 MAX_MONEY = 21_000_000 * 100_000_000
-MAX_VOUT = 0xFFFFFFFF
 IMPORT_BATCH = 50_000
 _SPOOL_ROWS = 10_000
 
@@ -52,6 +52,8 @@ def parse_entry(text: str, default_height: int) -> tuple[bytes, int, int, bytes,
         obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"not JSON: {e.msg} at column {e.colno}") from None
+    except RecursionError:
+        raise ValueError("not a snapshot entry: JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     missing = [k for k in ("txid", "vout", "script") if k not in obj]
@@ -65,7 +67,7 @@ def parse_entry(text: str, default_height: int) -> tuple[bytes, int, int, bytes,
         txid = hex_to_hash(obj["txid"])
     except ValueError as e:
         raise ValueError(f"'txid': {e}") from None
-    vout = _int(obj, "vout", 0, MAX_VOUT)
+    vout = _int(obj, "vout", 0, MAX_SNAPSHOT_VOUT)
     sats_key = "satoshis" if "satoshis" in obj else "value"
     sats = _int(obj, sats_key, 0, MAX_MONEY)
     if "satoshis" in obj and "value" in obj and obj["value"] != sats:
@@ -188,8 +190,12 @@ def ensure_empty(store: UtxoStore) -> None:
         raise BadInput(f"the store is not empty (it holds records): {where}")
 
 
-def write_snapshot(store: UtxoStore, batches: Iterable[list[Utxo]], advance: Callable[[int], None]) -> int:
-    """One store call, so the import is all-or-nothing; the entries stream through it."""
+def write_snapshot(
+    store: UtxoStore, batches: Iterable[list[Utxo]], advance: Callable[[int], None],
+    height: int, block_hash: bytes,
+) -> int:
+    """One store call, so the import, the store's new height and the snapshot's block are
+    all-or-nothing together; the entries stream through it."""
 
     def entries() -> Iterator[Utxo]:
         for batch in batches:
@@ -197,13 +203,13 @@ def write_snapshot(store: UtxoStore, batches: Iterable[list[Utxo]], advance: Cal
             advance(len(batch))
 
     try:
-        return store.import_utxos(entries())
+        return store.import_utxos(entries(), height=height, block_hash=block_hash)
     except TxExists as e:
         raise BadInput(f"the store is not empty: {e}") from None
 
 
 def import_snapshot(
-    store: UtxoStore, stream: IO[bytes], height: int, source: str, rep: Reporter
+    store: UtxoStore, stream: IO[bytes], height: int, block_hash: bytes, source: str, rep: Reporter
 ) -> tuple[int, SpoolCounts]:
     """Check, then write a snapshot at `height` into the (empty) store and set its height."""
     with tempfile.TemporaryDirectory(prefix="utxo-import-") as tmp:
@@ -212,11 +218,12 @@ def import_snapshot(
             ensure_empty(store)
             with rep.step(f"checking {source}", None, "lines") as advance:
                 counts = spool.load(stream, height, advance)
+            if counts.entries == 0:
+                raise BadInput(f"{source}: no entries at or below height {height}: nothing to import")
             with rep.step("importing UTXOs", counts.entries, "outputs") as advance:
-                written = write_snapshot(store, spool.batches(height), advance)
+                written = write_snapshot(store, spool.batches(height), advance, height, block_hash)
         finally:
             spool.close()
-    store.set_block_height(height)
     return written, counts
 
 
@@ -235,17 +242,19 @@ def import_utxos_cmd(obj: Context, file: str, height: int, block_hash: str) -> N
     that never enter the UTXO set.
     """
     try:
-        hex_to_hash(block_hash)
+        snapshot_block = hex_to_hash(block_hash)
     except ValueError as e:
         raise BadInput(f"--block-hash: {e}") from None
     store = obj.open_store()
     try:
         with Reporter() as rep:
             if file == "-":
-                written, counts = import_snapshot(store, sys.stdin.buffer, height, "stdin", rep)
+                written, counts = import_snapshot(
+                    store, sys.stdin.buffer, height, snapshot_block, "stdin", rep
+                )
             else:
                 with open(file, "rb") as f:
-                    written, counts = import_snapshot(store, f, height, file, rep)
+                    written, counts = import_snapshot(store, f, height, snapshot_block, file, rep)
     finally:
         store.close()
     emit({

@@ -13,6 +13,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -27,6 +28,21 @@ from stores.utxo.rules import next_dah
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
+_SECRET_PARAMS = re.compile(r"(?i)((?:^|[?&;])(?:password|passwd|pass|secret|token|sslpassword)=)[^&;]*")
+
+
+def mask_url(url: str) -> str:
+    """`url` with the password of its user info and of secret-looking query parameters as ***."""
+    if "://" in url:
+        scheme, rest = url.split("://", 1)
+        netloc, sep, tail = rest.partition("/")
+        if "@" in netloc:
+            user, host = netloc.rsplit("@", 1)
+            netloc = f"{user.split(':', 1)[0]}:***@{host}" if ":" in user else f"{user}@{host}"
+        url = f"{scheme}://{netloc}{sep}{tail}"
+    return _SECRET_PARAMS.sub(r"\1***", url)
+
+
 SCHEMA_VERSION = "utxoflow-sql-2"  # bump on any change existing stores cannot be read with
 CHUNK = 500  # keys per IN list: well under SQLite's parameter limit
 
@@ -209,11 +225,8 @@ class SqlBase(ABC):
 
     @property
     def url_safe(self) -> str:
-        """The URL without a password, for messages."""
-        if "@" in self.url and "://" in self.url:
-            scheme, rest = self.url.split("://", 1)
-            return f"{scheme}://…@{rest.split('@', 1)[1]}"
-        return self.url
+        """The URL with any password (user info or query parameter) masked, for messages."""
+        return mask_url(self.url)
 
     # -- helpers ------------------------------------------------------------------------------
     def _height(self, hint: int = 0) -> int:
@@ -267,14 +280,13 @@ class SqlBase(ABC):
         validate.txids(txids)
         return self._run_write(what, unit)
 
+    def _set_meta(self, cur: Any, key: str, value: str) -> None:
+        cur.execute(self._q("DELETE FROM meta WHERE key = ?"), (key,))
+        cur.execute(self._q("INSERT INTO meta (key, value) VALUES (?, ?)"), (key, value))
+
     def set_block_height(self, height: int) -> None:
         validate.height("block height", height, zero_ok=False)
-
-        def unit(cur: Any) -> None:
-            cur.execute(self._q("DELETE FROM meta WHERE key = 'block_height'"))
-            cur.execute(self._q("INSERT INTO meta (key, value) VALUES ('block_height', ?)"), (str(height),))
-
-        self._run_write("set_block_height", unit)
+        self._run_write("set_block_height", lambda cur: self._set_meta(cur, "block_height", str(height)))
         self.block_height = height
 
     def _check_schema_version(self, cur: Any, existed: bool) -> None:

@@ -271,31 +271,45 @@ class CreateMixin(SqlBase):
         return fees
 
 
-MAX_SNAPSHOT_VOUT = (1 << 24) - 1  # slots are positional: a sparse huge vout would cost 68 B per gap
+MAX_SNAPSHOT_VOUT = validate.MAX_SNAPSHOT_VOUT
 
 
 class ImportMixin(CreateMixin):
-    def import_utxos(self, utxos: Iterable[Utxo], block_id: int = 0) -> int:
+    def import_utxos(
+        self,
+        utxos: Iterable[Utxo],
+        block_id: int = 0,
+        *,
+        height: int | None = None,
+        block_hash: bytes | None = None,
+    ) -> int:
         """Seed records from a UTXO snapshot (no raw transactions) in one database transaction:
         one record per txid, mined at its entries' height, holding just the listed outputs.
 
         `utxos` may be any iterable (it is streamed, never held) but must list each txid's
         outputs together. A txid already stored, or listed again later, is TxExists; entries of
-        one txid that disagree on height or coinbase are a ProcessingError; nothing is then
-        imported. Returns the number of UTXO slots written."""
+        one txid that disagree on height or coinbase, or no entries at all, are a
+        ProcessingError; nothing is then imported. With `height` (and `block_hash`, the block the
+        snapshot was taken at), the same transaction sets the store's height and records the
+        block, so the store is never seen holding the snapshot at another height.
+        Returns the number of UTXO slots written."""
+        if height is not None:
+            validate.height("height", height, zero_ok=False)
+        if block_hash is not None:
+            validate.hash32("block_hash", block_hash)
         now = int(time.time() * 1000)
-        height = self._height()
-        done: list[int] = [0]
+        height_now = max(self._height(), height or 0)
+        done: list[int] = [0, 0]  # slots written, records written
 
         def records() -> Iterator[tuple[bytes, tuple[Any, ...]]]:
             group: list[Utxo] = []
             for u in utxos:
                 if group and u.txid != group[0].txid:
-                    yield self._snapshot_row(group, block_id, now, height, done)
+                    yield self._snapshot_row(group, block_id, now, height_now, done)
                     group = []
                 group.append(u)
             if group:
-                yield self._snapshot_row(group, block_id, now, height, done)
+                yield self._snapshot_row(group, block_id, now, height_now, done)
 
         def unit(cur: Any) -> int:
             pending: list[tuple[bytes, tuple[Any, ...]]] = []
@@ -305,9 +319,18 @@ class ImportMixin(CreateMixin):
                     self._insert_snapshot(cur, pending)
                     pending = []
             self._insert_snapshot(cur, pending)
+            if done[1] == 0:
+                raise ProcessingError("the snapshot has no entries")
+            if height is not None:
+                self._set_meta(cur, "block_height", str(height))
+            if block_hash is not None:
+                self._set_meta(cur, "snapshot_block", f"{height}:{hash_to_hex(block_hash)}")
             return done[0]
 
-        return self._run_write("import_utxos", unit, retry=False)
+        written = self._run_write("import_utxos", unit, retry=False)
+        if height is not None:
+            self.block_height = max(self.block_height, height)
+        return written
 
     def _insert_snapshot(self, cur: Any, recs: list[tuple[bytes, tuple[Any, ...]]]) -> None:
         if not recs:
@@ -352,6 +375,7 @@ class ImportMixin(CreateMixin):
             )
         n = sum(x is not None for x in hashes.values())
         done[0] += n
+        done[1] += 1
         dah = next_dah(
             current=None, conflicting=False, locked=False, preserve_until=None, spent=0,
             utxos=n, mined_on_longest=True, height=height, retention=self.retention,
