@@ -197,7 +197,7 @@ class SqlBase(ABC):
                     return fn(cur)
             except UtxoError:
                 raise
-            except (*self._db_errors(), OverflowError) as e:
+            except self._failures() as e:
                 if retry and self._is_transient(e) and attempt < self.max_retries:
                     time.sleep(delay)
                     delay = min(delay * 2, 0.5)
@@ -211,8 +211,12 @@ class SqlBase(ABC):
                 return fn(cur)
         except UtxoError:
             raise
-        except (*self._db_errors(), OverflowError) as e:
+        except self._failures() as e:
             raise self._wrap(what, e) from e
+
+    def _failures(self) -> tuple[type[Exception], ...]:
+        """What a unit of work may raise that is the database's doing (or its verdict on a value)."""
+        return (*self._db_errors(), OverflowError)  # type: ignore[return-value]
 
     def _is_bad_value(self, exc: BaseException) -> bool:
         """True when the database refused a value (out of range, wrong type): the request is at

@@ -63,9 +63,10 @@ class StateMixin(SqlBase):
             updates = []
             after: dict[bytes, str] = {}
             for txid in wanted:
-                r = rows.get(txid)
-                if r is None:
+                found = rows.get(txid)
+                if found is None:
                     continue
+                r = found
                 blocks: str = r[2]
                 locked = bool(r[9]) and unset
                 if unset:
