@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -59,6 +60,18 @@ class S3BlobStore:
     def _fail(self, key: str, action: str, e: Exception) -> StorageError:
         return StorageError(f"blob {key}: cannot {action} in s3://{self.bucket}/{self.prefix}: {e}")
 
+    @contextmanager
+    def _calling(self, key: str, action: str) -> Iterator[None]:
+        """Map S3's answers: no such key → BlobNotFound; any other failure → StorageError."""
+        try:
+            yield
+        except ClientError as e:
+            if _code(e) in _MISSING:
+                raise BlobNotFound(key) from None
+            raise self._fail(key, action, e) from e
+        except BotoCoreError as e:
+            raise self._fail(key, action, e) from e
+
     def put_if_absent(self, key: str, data: bytes) -> bool:
         k = self._key(key)
         for attempt in range(5):
@@ -87,16 +100,13 @@ class S3BlobStore:
         if start or end is not None:
             args["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
         try:
-            body: bytes = self._s3.get_object(**args)["Body"].read()
-            return body
-        except ClientError as e:
-            if _code(e) in _MISSING:
-                raise BlobNotFound(key) from None
-            if _code(e) == "InvalidRange":
-                return b""
-            raise self._fail(key, "read", e) from e
-        except BotoCoreError as e:
-            raise self._fail(key, "read", e) from e
+            with self._calling(key, "read"):
+                body: bytes = self._s3.get_object(**args)["Body"].read()
+                return body
+        except StorageError as e:
+            if isinstance(e.__cause__, ClientError) and _code(e.__cause__) == "InvalidRange":
+                return b""  # a range past the end: nothing there, as a file read gives
+            raise
 
     def exists(self, key: str) -> bool:
         try:
@@ -128,7 +138,7 @@ class S3BlobStore:
 
     def set_dah(self, key: str, height: int | None) -> None:
         k = self._key(key)
-        try:
+        with self._calling(key, "mark"):
             if height is None:
                 self._s3.delete_object_tagging(Bucket=self.bucket, Key=k)
             else:
@@ -136,22 +146,10 @@ class S3BlobStore:
                     Bucket=self.bucket, Key=k,
                     Tagging={"TagSet": [{"Key": DAH_TAG, "Value": str(int(height))}]},
                 )
-        except ClientError as e:
-            if _code(e) in _MISSING:
-                raise BlobNotFound(key) from None
-            raise self._fail(key, "mark", e) from e
-        except BotoCoreError as e:
-            raise self._fail(key, "mark", e) from e
 
     def get_dah(self, key: str) -> int | None:
-        try:
+        with self._calling(key, "read the mark of"):
             tags = self._s3.get_object_tagging(Bucket=self.bucket, Key=self._key(key))["TagSet"]
-        except ClientError as e:
-            if _code(e) in _MISSING:
-                raise BlobNotFound(key) from None
-            raise self._fail(key, "read the mark of", e) from e
-        except BotoCoreError as e:
-            raise self._fail(key, "read the mark of", e) from e
         for t in tags:
             if t["Key"] == DAH_TAG:
                 return int(t["Value"])
