@@ -334,3 +334,69 @@ def test_a_lost_postgresql_connection_is_a_storage_error_then_recovers(pg_url: s
         assert store.get_output((f.txid, 0)).spending_txid == c.txid  # type: ignore[union-attr]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("conflicting", [False, True])
+@pytest.mark.parametrize("preserved", [False, True])
+@pytest.mark.parametrize("all_spent", [False, True])
+@pytest.mark.parametrize("locked", [False, True])
+def test_first_mining_agrees_with_the_dah_rule(
+    store: UtxoStore, conflicting: bool, preserved: bool, all_spent: bool, locked: bool
+) -> None:
+    """set_mined's no-read path writes DAH in SQL; it must equal `rules.next_dah` exactly."""
+    from stores.utxo.rules import next_dah
+
+    store.set_block_height(100)
+    f = funding(2)
+    store.create(f, 100, conflicting=conflicting, locked=locked)
+    if preserved:
+        store.preserve_transactions([f.txid], 5000)
+    if all_spent and not conflicting and not locked:
+        store.spend_many([child((f, 0)), child((f, 1))], 100)
+    before = store.get(f.txid)
+    expected = next_dah(
+        current=before.delete_at_height, conflicting=before.conflicting, locked=False,
+        preserve_until=before.preserve_until, spent=before.spent_utxos, utxos=before.total_utxos,
+        mined_on_longest=True, height=100, retention=RET,
+    )
+    assert store.set_mined_multi([f.txid], 3, 100) == [[3]]
+    after = store.get(f.txid)
+    assert after.delete_at_height == expected
+    assert after.block_ids == [3] and after.unmined_since is None and not after.locked
+
+
+def test_mining_a_batch_with_one_record_already_mined_takes_the_general_path(store: UtxoStore) -> None:
+    a, b = funding(), funding()
+    created(store, a, b)
+    store.set_mined_multi([a.txid], 1, 100)
+    assert store.set_mined_multi([a.txid, b.txid, b"\x07" * 32], 2, 101)[:2] == [[1, 2], [2]]
+    assert store.get(a.txid).block_ids == [1, 2] and store.get(b.txid).block_ids == [2]
+
+
+@pytest.mark.parametrize("mined", [False, True])
+@pytest.mark.parametrize("preserved", [False, True])
+@pytest.mark.parametrize("last", [False, True])
+def test_spend_agrees_with_the_dah_rule(
+    store: UtxoStore, mined: bool, preserved: bool, last: bool
+) -> None:
+    """spend skips the rule for parents left with unspent outputs; the result must still equal
+    `rules.next_dah` exactly."""
+    from stores.utxo.rules import next_dah
+
+    store.set_block_height(100)
+    f = funding(2)
+    created(store, f, mined=mined)
+    if preserved:
+        store.preserve_transactions([f.txid], 5000)
+    if last:
+        store.spend(child((f, 1)), 100)
+    before = store.get(f.txid)
+    store.spend(child((f, 0)), 100)
+    after = store.get(f.txid)
+    assert after.spent_utxos == before.spent_utxos + 1
+    assert after.delete_at_height == next_dah(
+        current=before.delete_at_height, conflicting=False, locked=False,
+        preserve_until=before.preserve_until, spent=after.spent_utxos, utxos=after.total_utxos,
+        mined_on_longest=before.unmined_since is None and bool(before.block_ids), height=100,
+        retention=RET,
+    )
