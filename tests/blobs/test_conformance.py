@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import pytest
 from chain import parse_block
 from stores.blob import BlobNotFound, BlobStore, blob_key, open_blob_store
 from stores.utxo.errors import ProcessingError, StorageError
+from tests.processes import race
 
 
 def test_put_get_and_never_overwrite(blobs: BlobStore) -> None:
@@ -103,19 +103,11 @@ def _racer(url: str, key: str, data: bytes, barrier: Any, out: Any) -> None:
 
 
 def test_racing_writers_exactly_one_wins(blob_url: str, blobs: BlobStore) -> None:
-    ctx = mp.get_context("spawn")
     n = 4
     for round_ in range(3):
         key = f"race/{round_}.tx"
-        barrier, out = ctx.Barrier(n), ctx.Queue()
         datas = [bytes([w]) * 200_000 for w in range(n)]
-        procs = [ctx.Process(target=_racer, args=(blob_url, key, d, barrier, out)) for d in datas]
-        for p in procs:
-            p.start()
-        results = [out.get(timeout=120) for _ in procs]
-        for p in procs:
-            p.join(timeout=30)
-            assert p.exitcode == 0
+        results = race(_racer, [(blob_url, key, d) for d in datas])
         winners = [d for d, won in results if won]
         assert len(winners) == 1
         assert blobs.get(key) == winners[0]

@@ -9,12 +9,12 @@ TxExists or UtxoSpent for its losing attempts.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import random
 from typing import Any
 
 from chain import parse_tx
 from stores.utxo import SpendRejected, TxExists, UtxoSpent, UtxoStore, open_utxo_store
+from tests.processes import race
 from tests.stores.helpers import child, funding
 
 WORKERS = 3
@@ -62,21 +62,9 @@ def test_workers_racing_on_overlapping_batches(store: UtxoStore, store_url: str)
     parents = [funding(2) for _ in range(PARENTS)]
     # every worker may try every child; children of one parent output conflict with each other
     kids = [child((p, v), fee=100 + w) for p in parents for v in (0, 1) for w in range(WORKERS)]
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(WORKERS)
-    out = ctx.Queue()
     raws_p = [p.raw for p in parents]
     raws_k = [k.serialize(extended=True) for k in kids]
-    procs = [
-        ctx.Process(target=_worker, args=(store_url, seed, raws_p, raws_k, barrier, out))
-        for seed in range(WORKERS)
-    ]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=240) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    results = race(_worker, [(store_url, seed, raws_p, raws_k) for seed in range(WORKERS)], timeout=240)
     assert [u for u, _w in results] == [[]] * WORKERS
     spenders = {k.txid: k for k in kids}
     winners = {t for _u, w in results for t in w}

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
 from typing import Any
 
 from stores.utxo import UtxoStore, open_utxo_store
+from tests.processes import race
 
 TXID = b"\x42" * 32
 
@@ -56,15 +56,7 @@ def _acquirer(url: str, barrier: Any, out: Any) -> None:
 
 
 def test_racing_acquirers_exactly_one_wins(store: UtxoStore, store_url: str) -> None:
-    ctx = mp.get_context("spawn")
     n = 4
-    barrier, out = ctx.Barrier(n), ctx.Queue()
-    procs = [ctx.Process(target=_acquirer, args=(store_url, barrier, out)) for _ in range(n)]
-    for p in procs:
-        p.start()
-    wins = [out.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
+    wins = race(_acquirer, [(store_url,)] * n)
     assert sorted(wins) == [False] * (n - 1) + [True]
     assert store.get_creation_lock(TXID) is not None

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from typing import Any
 
 from chain import parse_tx
 from stores.utxo import SpendRejected, UtxoSpent, UtxoStore, open_utxo_store
+from tests.processes import race
 from tests.stores.helpers import child, created, funding
 
 ROUNDS = 25
@@ -34,20 +34,11 @@ def _racer(url: str, raws: list[bytes], barrier: Any, out: Any) -> None:
 def test_two_processes_racing_for_one_output(store: UtxoStore, store_url: str) -> None:
     f = funding(ROUNDS)
     created(store, f)
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(2)
-    out = ctx.Queue()
     sides = []
     for fee in (100, 200):
         # each side carries extended inputs so the store checks the hash as in real use
         sides.append([child((f, v), fee=fee).serialize(extended=True) for v in range(ROUNDS)])
-    procs = [ctx.Process(target=_racer, args=(store_url, raws, barrier, out)) for raws in sides]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    results = race(_racer, [(store_url, raws) for raws in sides])
     wins = 0
     for v in range(ROUNDS):
         a, b = results[0][v], results[1][v]

@@ -307,10 +307,11 @@ class SqlBase(ABC):
                 f"{SCHEMA_VERSION!r} (point UTXO_STORE_URL at a new store)"
             )
 
-    def _load_block_height(self) -> int:
-        def unit(cur: Any) -> int:
-            cur.execute("SELECT value FROM meta WHERE key = 'block_height'")
-            r = cur.fetchone()
-            return int(r[0]) if r else 0
+    def _stored_height(self, cur: Any) -> int:
+        """The block height persisted by set_block_height (0 before the first)."""
+        cur.execute("SELECT value FROM meta WHERE key = 'block_height'")
+        r = cur.fetchone()
+        return int(r[0]) if r else 0
 
-        return self._run_read("read block height", unit)
+    def _load_block_height(self) -> int:
+        return self._run_read("read block height", self._stored_height)

@@ -143,9 +143,7 @@ class ReadMixin(SqlBase):
         validate.hash32("utxo_hash", utxo_hash)
 
         def q(cur: Any) -> tuple[list[Any], int]:
-            cur.execute("SELECT value FROM meta WHERE key = 'block_height'")
-            h = cur.fetchone()
-            return self._select_txs(cur, PARENT_COLS, [outpoint[0]], False), int(h[0]) if h else 0
+            return self._select_txs(cur, PARENT_COLS, [outpoint[0]], False), self._stored_height(cur)
 
         rows, height = self._run_read("get_spend", q)
         p = Parent(rows[0]) if rows else None
