@@ -22,6 +22,7 @@ from chain import Tx, hash_to_hex, is_data_carrier, utxo_hash
 from chain.tx import varint
 from stores.utxo import slots, validate
 from stores.utxo.errors import ProcessingError, TxExists, UtxoError
+from stores.utxo.gcpause import gc_paused
 from stores.utxo.records import BlockInfo, TxMeta, Utxo
 from stores.utxo.rules import COINBASE_MATURITY, next_dah
 from stores.utxo.sql.base import SqlBase
@@ -82,8 +83,16 @@ def utxo_slots(tx: Tx) -> tuple[bytes, int]:
         if sats == 0 and (script[:1] == b"\x6a" or script[:2] == b"\x00\x6a"):
             parts.append(slots.EMPTY_SLOT)
             continue
+        # utxo_hash, inlined with its VarInts: this runs for every output of every block.
         vb = bytes((vout,)) if vout < 0xFD else varint(vout)
-        sb = bytes((sats,)) if sats < 0xFD else varint(sats)
+        if sats < 0xFD:
+            sb = bytes((sats,))
+        elif sats > 0xFFFFFFFF:
+            sb = b"\xff" + sats.to_bytes(8, "little")
+        elif sats > 0xFFFF:
+            sb = b"\xfe" + sats.to_bytes(4, "little")
+        else:
+            sb = b"\xfd" + sats.to_bytes(2, "little")
         parts.append(sha256(txid + vb + script + sb).digest())
         parts.append(slots.UNSPENT)
         n += 1
@@ -113,6 +122,7 @@ class CreateMixin(SqlBase):
             raise r
         return r
 
+    @gc_paused
     def create_many(
         self,
         txs: Sequence[Tx],
@@ -148,7 +158,8 @@ class CreateMixin(SqlBase):
         }
         insert = create_statement(locked, conflicting, unmined_since, blocks_json)
         seen: set[bytes] = set()
-        todo: list[tuple[int, bytes, tuple[Any, ...]]] = []
+        new = tuple.__new__
+        todo: list[tuple[int, bytes, list[Any]]] = []
         for i, tx in enumerate(txs):
             txid = tx.txid
             if not tx.outputs:
@@ -167,15 +178,17 @@ class CreateMixin(SqlBase):
             spending_height = block_height + COINBASE_MATURITY if coinbase else 0
             dah = dah_for[n_utxos > 0]
             raw = tx.raw
-            todo.append((i, txid, (
-                txid, tx.version, tx.locktime, fees[i], len(raw), int(coinbase), spending_height,
+            # A list, so that `_insert_new` can fill in the id (first) without copying the row.
+            todo.append((i, txid, [
+                0, txid, tx.version, tx.locktime, fees[i], len(raw), int(coinbase), spending_height,
                 n_utxos, dah, b"", b"".join([t + _u32(v) for t, v in inpoints]), packed, raw, now,
-            )))
-            results[i] = TxMeta(
+            ]))
+            # tuple.__new__ skips NamedTuple's keyword handling: a block makes thousands of these.
+            results[i] = new(TxMeta, (
                 txid, fees[i], len(raw), coinbase, tx.version, tx.locktime, inpoints, locked,
                 False, conflicting, (), unmined_since, now, None, dah, spending_height,
                 block_ids, block_heights, subtree_idxs, False, 0, n_utxos, 0, (), tx,
-            )
+            ))
 
         dups = self._insert_new("create", todo, insert)
         for i in dups:
@@ -184,9 +197,10 @@ class CreateMixin(SqlBase):
         return results  # type: ignore[return-value]
 
     def _insert_new(
-        self, what: str, todo: list[tuple[int, bytes, tuple[Any, ...]]], insert: str
+        self, what: str, todo: list[tuple[int, bytes, list[Any]]], insert: str
     ) -> list[int]:
-        """Insert the rows whose txid is not stored yet; return the indexes of those that were."""
+        """Insert the rows whose txid is not stored yet; return the indexes of those that were.
+        Each row's first value is its id, set here."""
 
         ordered = sorted(todo, key=lambda t: t[1])  # one insertion order for every writer: no deadlocks
 
@@ -194,8 +208,10 @@ class CreateMixin(SqlBase):
             # The common case: nothing exists yet. ON CONFLICT DO NOTHING makes a clash show as a
             # short row count; then this unit rolls back and `checked` sorts out which existed.
             if ordered:
-                ids = self._reserve_ids(cur, len(ordered))
-                cur.executemany(self._q(insert), [(i, *t[2]) for i, t in zip(ids, ordered)])
+                rows = [t[2] for t in ordered]
+                for i, row in zip(self._reserve_ids(cur, len(rows)), rows):
+                    row[0] = i
+                cur.executemany(self._q(insert), rows)
                 if cur.rowcount != len(ordered):
                     raise _Raced()
             return []
@@ -206,8 +222,10 @@ class CreateMixin(SqlBase):
                 existing.update(bytes(r[0]) for r in self._select_txs(cur, "txid", part, False))
             new = [t for t in ordered if t[1] not in existing]
             if new:
-                ids = self._reserve_ids(cur, len(new))
-                cur.executemany(self._q(insert), [(i, *t[2]) for i, t in zip(ids, new)])
+                rows = [t[2] for t in new]
+                for i, row in zip(self._reserve_ids(cur, len(rows)), rows):
+                    row[0] = i
+                cur.executemany(self._q(insert), rows)
                 if cur.rowcount != len(new):
                     raise _Raced()
             return [t[0] for t in todo if t[1] in existing]

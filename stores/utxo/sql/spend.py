@@ -30,10 +30,12 @@ from stores.utxo.errors import (
     UtxoSpent,
     fmt_outpoint,
 )
+from stores.utxo.gcpause import gc_paused
 from stores.utxo.records import Spend
 from stores.utxo.rules import REASSIGN_DELAY, check_spend, next_dah
 from stores.utxo.sql.base import SqlBase
 
+# `Parent` reads these by position.
 PARENT_COLS = (
     "id, txid, creating, conflicting, locked, is_coinbase, spending_height, total_utxos, "
     "spent_utxos, unmined_since, preserve_until, delete_at_height, blocks, utxos, spendable_in, "
@@ -50,35 +52,41 @@ NO_HASH = slots.NO_HASH
 
 
 class Parent:
-    """A parent record read under lock: its checks, counters and a mutable copy of its slots."""
+    """A parent record read under lock: its counters and a mutable copy of its slots. The rest
+    of the row is decoded only when a rule needs it: the fast path of a block's spends reads
+    nothing but the flags, the slots and the counters."""
 
-    __slots__ = (
-        "changed",
-        "check",
-        "coinbase",
-        "dah",
-        "id",
-        "mined",
-        "ok",
-        "preserve",
-        "reassignments",
-        "spendable",
-        "spending_height",
-        "spent",
-        "total",
-        "utxos",
-    )
+    __slots__ = ("_spendable", "changed", "dah", "id", "reassignments", "row", "spent", "total", "utxos")
 
     def __init__(self, r: tuple[Any, ...]) -> None:
-        (self.id, _txid, creating, conflicting, locked, coinbase, self.spending_height, self.total,
-         self.spent, unmined, self.preserve, self.dah, blocks, utxos, spendable, self.reassignments) = r
-        self.check = (bool(creating), bool(conflicting), bool(locked), bool(coinbase), self.spending_height)
-        self.ok = not (creating or conflicting or locked)
-        self.coinbase = bool(coinbase)
-        self.mined = unmined is None and blocks != "[]"
-        self.utxos = bytearray(utxos)
-        self.spendable: dict[str, int] = json.loads(spendable) if spendable != "{}" else {}
+        self.row = r
+        self.id = r[0]
+        self.total = r[7]
+        self.spent = r[8]
+        self.dah = r[11]
+        self.utxos = bytearray(r[13])
+        self.reassignments: str = r[15]
+        self._spendable: dict[str, int] | None = None
         self.changed = False
+
+    @property
+    def check(self) -> tuple[bool, bool, bool, bool, int]:
+        """(creating, conflicting, locked, is_coinbase, spending_height), as `check_spend` takes it."""
+        r = self.row
+        return bool(r[2]), bool(r[3]), bool(r[4]), bool(r[5]), r[6]
+
+    def plain(self, block_height: int) -> bool:
+        """No rule but the slot's own can refuse a spend of this record at this height."""
+        r = self.row
+        return not (r[2] or r[3] or r[4]) and r[14] == "{}" and not (r[5] and block_height < r[6])
+
+    @property
+    def spendable(self) -> dict[str, int]:
+        """Per-output `utxo_spendable_in` heights (mutable: reassign adds to it)."""
+        if self._spendable is None:
+            s = self.row[14]
+            self._spendable = json.loads(s) if s != "{}" else {}
+        return self._spendable
 
     def output(self, vout: int) -> tuple[bytes, bytes | None, int | None, bool, int | None] | None:
         """(utxo_hash, spending_txid, spending_vin, frozen, spendable_in), or None: no such UTXO."""
@@ -92,15 +100,15 @@ class Parent:
         return h, sp_txid, sp_vin, frozen, self.spendable.get(str(vout))
 
     def new_dah(self, height: int, retention: int) -> int | None:
-        _creating, conflicting, locked, _cb, _sh = self.check
+        r = self.row
         return next_dah(
             current=self.dah,
-            conflicting=conflicting,
-            locked=locked,
-            preserve_until=self.preserve,
+            conflicting=bool(r[3]),
+            locked=bool(r[4]),
+            preserve_until=r[10],
             spent=self.spent,
             utxos=self.total,
-            mined_on_longest=self.mined,
+            mined_on_longest=r[9] is None and r[12] != "[]",
             height=height,
             retention=retention,
         )
@@ -133,6 +141,7 @@ class SpendMixin(SqlBase):
             raise r
         return r
 
+    @gc_paused
     def spend_many(self, txs: Sequence[Tx], block_height: int) -> list[list[Spend] | UtxoError]:
         validate.height("block_height", block_height)
         parent_ids = {i.prev_txid for tx in txs for i in tx.inputs}
@@ -141,12 +150,9 @@ class SpendMixin(SqlBase):
 
         def unit(cur: Any) -> list[list[Spend] | UtxoError]:
             parents = self._lock_parents(cur, parent_ids)
-            fast = {
-                t for t, p in parents.items()
-                if p.ok and not p.spendable and not (p.coinbase and block_height < p.spending_height)
-            }
+            fast = {t: p for t, p in parents.items() if p.plain(block_height)}
             results: list[list[Spend] | UtxoError] = []
-            get = parents.get
+            get = fast.get
             new = tuple.__new__
             for tx in txs:
                 # Fast path: every input is an unspent slot, with the hash its extended data
@@ -161,10 +167,10 @@ class SpendMixin(SqlBase):
                 picked: list[tuple[Parent, int, int]] = []
                 for vin, i in enumerate(ins):
                     ptxid = i.prev_txid
-                    if ptxid not in fast:
-                        break
                     p = get(ptxid)
-                    u = p.utxos  # type: ignore[union-attr]
+                    if p is None:
+                        break
+                    u = p.utxos
                     vout = i.prev_vout
                     off = vout * SLOT
                     if not u.startswith(UNSPENT, off + 32):  # (no slot there: False too)
@@ -172,11 +178,16 @@ class SpendMixin(SqlBase):
                     ps, pscript = i.prev_satoshis, i.prev_script
                     if pscript is not None and ps is not None:
                         # utxo_hash inlined: this runs once per input of every block
+                        if ps < 0xFD:
+                            sb = bytes((ps,))
+                        elif ps > 0xFFFFFFFF:
+                            sb = b"\xff" + ps.to_bytes(8, "little")
+                        elif ps > 0xFFFF:
+                            sb = b"\xfe" + ps.to_bytes(4, "little")
+                        else:
+                            sb = b"\xfd" + ps.to_bytes(2, "little")
                         h = sha256(
-                            ptxid
-                            + (bytes((vout,)) if vout < 0xFD else varint(vout))
-                            + pscript
-                            + (bytes((ps,)) if ps < 0xFD else varint(ps))
+                            ptxid + (bytes((vout,)) if vout < 0xFD else varint(vout)) + pscript + sb
                         ).digest()
                         if not u.startswith(h, off):
                             break
@@ -185,7 +196,7 @@ class SpendMixin(SqlBase):
                         if h == NO_HASH:
                             break
                     spends.append(new(Spend, (ptxid, vout, h, txid, vin)))
-                    picked.append((p, off, vin))  # type: ignore[arg-type]
+                    picked.append((p, off, vin))
                 else:
                     n = len(picked)
                     if n < 2 or (
@@ -208,7 +219,7 @@ class SpendMixin(SqlBase):
                     # once a record is fully spent.
                     if p.spent >= p.total or p.dah is not None:
                         p.dah = p.new_dah(height, self.retention)
-                    rows.append((bytes(p.utxos), p.spent, p.dah, p.id))
+                    rows.append((p.utxos, p.spent, p.dah, p.id))  # a bytearray binds as a blob
             if rows:
                 cur.executemany(self._q(SET_SPENDS), rows)
             return results
@@ -228,12 +239,7 @@ class SpendMixin(SqlBase):
         for vin, ptxid, vout, expected in plan:
             p = parents.get(ptxid)
             mine = txid + vin.to_bytes(4, "little")
-            if (
-                p is not None
-                and p.ok
-                and not p.spendable
-                and not (p.coinbase and block_height < p.spending_height)
-            ):
+            if p is not None and p.plain(block_height):
                 off = vout * SLOT
                 slot = p.utxos[off : off + SLOT]
                 h = bytes(slot[:32])

@@ -16,6 +16,7 @@ from typing import Any
 
 from stores.utxo import validate
 from stores.utxo.errors import TxNotFound, UtxoError
+from stores.utxo.gcpause import gc_paused
 from stores.utxo.rules import next_dah
 from stores.utxo.sql.base import SqlBase, TxState, chunks, split_inpoints
 
@@ -27,10 +28,12 @@ SET_MINED = (
     "UPDATE txs SET blocks = ?, locked = 0, creating = 0, unmined_since = ?, delete_at_height = ? "
     "WHERE id = ?"
 )
+# The block list and the DAH are the same for every record of a call, so they are literals
+# (plain ints, validated before) and each row binds only its txid.
 FIRST_MINING = (
-    "UPDATE txs SET blocks = ?, locked = 0, creating = 0, unmined_since = NULL, delete_at_height = "
-    "CASE WHEN preserve_until IS NOT NULL THEN NULL "
-    "WHEN conflicting = 1 OR spent_utxos >= total_utxos THEN COALESCE(delete_at_height, ?) "
+    "UPDATE txs SET blocks = '[{entry}]', locked = 0, creating = 0, unmined_since = NULL, "
+    "delete_at_height = CASE WHEN preserve_until IS NOT NULL THEN NULL "
+    "WHEN conflicting = 1 OR spent_utxos >= total_utxos THEN COALESCE(delete_at_height, {dah}) "
     "ELSE NULL END WHERE txid = ? AND blocks = '[]'"
 )
 UNSET_MINED = "UPDATE txs SET blocks = ?, unmined_since = ?, delete_at_height = ? WHERE id = ?"
@@ -41,6 +44,7 @@ class _NotFirst(Exception):
 
 
 class StateMixin(SqlBase):
+    @gc_paused
     def set_mined_multi(
         self,
         txids: Sequence[bytes],
@@ -71,8 +75,8 @@ class StateMixin(SqlBase):
             # expression is `rules.next_dah` for a record now mined, unlocked and on the longest
             # chain (tests/stores/test_state.py checks the two agree). Any record it does not
             # match makes the caller run the general path, which is idempotent.
-            first = f"[{entry}]"
-            cur.executemany(self._q(FIRST_MINING), [(first, height + retention, t) for t in sorted(wanted)])
+            sql = FIRST_MINING.format(entry=entry, dah=int(height + retention))
+            cur.executemany(self._q(sql), [(t,) for t in sorted(wanted)])
             if cur.rowcount != len(wanted):
                 raise _NotFirst()  # roll this unit back: the general path does the whole batch
             return True
