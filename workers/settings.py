@@ -63,6 +63,7 @@ class Settings(BaseSettings):
     batch_size: PositiveInt = 20000
     max_tx_size_in_store: PositiveInt = 1048576
     externalize_all: bool = False
+    external_cache_mb: NonNegativeInt = 64  # bounded cache of external transactions read back
     block_height_retention: PositiveInt = 288
     allow_missing_inputs: bool = False
 
@@ -100,6 +101,20 @@ class Settings(BaseSettings):
                 f"{ENV_PREFIX}LOCK_BASE_TTL ({self.lock_base_ttl})"
             )
         return self
+
+    def store_options(self) -> dict[str, Any]:
+        """Keyword arguments of `open_utxo_store` from these settings (URL aside)."""
+        return {
+            "retention": self.block_height_retention,
+            "batch_size": self.batch_size,
+            "lock_base_ttl": self.lock_base_ttl,
+            "lock_per_record_ttl": self.lock_per_record_ttl,
+            "lock_max_ttl": self.lock_max_ttl,
+            "blob_url": self.blob_url,
+            "max_tx_size_in_store": self.max_tx_size_in_store,
+            "externalize_all": self.externalize_all,
+            "external_cache_bytes": self.external_cache_mb << 20,
+        }
 
     def lock_ttl(self, records: int) -> int:
         """Seconds a lock record lives for a transaction of `records` records."""

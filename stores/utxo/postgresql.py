@@ -28,6 +28,7 @@ _SCHEMA_LOCK = 0x5554584F  # "UTXO": advisory lock id for DDL
 
 class PostgresUtxoStore(SqlUtxoStore):
     key_chunk = 10_000  # keys travel as one array parameter: one round trip per 10,000
+    for_update = " FOR UPDATE"
     def __init__(self, url: str, **opts: Any) -> None:
         super().__init__(url, **opts)
         self._lock = threading.RLock()
@@ -109,3 +110,4 @@ class PostgresUtxoStore(SqlUtxoStore):
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
+        self.close_blobs()

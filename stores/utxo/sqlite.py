@@ -158,3 +158,4 @@ class SqliteUtxoStore(SqlUtxoStore):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+        self.close_blobs()

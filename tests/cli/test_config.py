@@ -14,6 +14,7 @@ CONTRACT_DEFAULTS = {
     "batch_size": 20000,
     "max_tx_size_in_store": 1048576,
     "externalize_all": False,
+    "external_cache_mb": 64,
     "block_height_retention": 288,
     "allow_missing_inputs": False,
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -39,13 +40,13 @@ def store_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str
         return f"sqlite:///{tmp_path}/utxo.db"
     url: str = request.getfixturevalue("pg_url")
     with psycopg.connect(url, autocommit=True) as conn:
-        for table in ("txs", "meta", "tx_locks"):
+        for table in ("txs", "tx_pages", "meta", "tx_locks"):
             conn.execute(f"DROP TABLE IF EXISTS {table}")
     return url
 
 
 @pytest.fixture
-def store(store_url: str) -> Iterator[UtxoStore]:
-    s = open_utxo_store(store_url, retention=288)
+def store(store_url: str, tmp_path: Path) -> Iterator[UtxoStore]:
+    s = open_utxo_store(store_url, retention=288, blob_url=f"file://{tmp_path}/blobs")
     yield s
     s.close()

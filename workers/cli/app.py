@@ -56,15 +56,7 @@ class Context:
         """The UTXO store of the settings; readers pass create=False, so that a mistyped URL is
         an error rather than a new, empty store."""
         s = self.settings
-        return open_utxo_store(
-            url or s.store_url,
-            retention=s.block_height_retention,
-            batch_size=s.batch_size,
-            lock_base_ttl=s.lock_base_ttl,
-            lock_per_record_ttl=s.lock_per_record_ttl,
-            lock_max_ttl=s.lock_max_ttl,
-            create=create,
-        )
+        return open_utxo_store(url or s.store_url, create=create, **s.store_options())
 
 
 def log(message: str) -> None:

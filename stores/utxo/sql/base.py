@@ -43,13 +43,13 @@ def mask_url(url: str) -> str:
     return _SECRET_PARAMS.sub(r"\1***", url)
 
 
-SCHEMA_VERSION = "utxoflow-sql-2"  # bump on any change existing stores cannot be read with
+SCHEMA_VERSION = "utxoflow-sql-3"  # bump on any change existing stores cannot be read with
 CHUNK = 500  # keys per IN list: well under SQLite's parameter limit
 
 STATE_COLS = (
     "txid, locked, creating, conflicting, is_coinbase, spending_height, unmined_since, "
     "preserve_until, delete_at_height, total_utxos, spent_utxos, blocks, conflicting_children, "
-    "inpoints, id"
+    "inpoints, id, external"
 )
 WRITE_STATE = (
     "UPDATE txs SET locked = ?, creating = ?, conflicting = ?, unmined_since = ?, "
@@ -77,6 +77,7 @@ class TxState:
     conflicting_children: bytes
     inpoints: bytes
     id: int
+    external: bool
 
     @classmethod
     def from_row(cls, r: Row) -> TxState:
@@ -96,6 +97,7 @@ class TxState:
             bytes(r[12]),
             bytes(r[13]),
             r[14],
+            bool(r[15]),
         )
 
     def recompute_dah(self, height: int, retention: int) -> None:
@@ -145,6 +147,7 @@ class SqlBase(ABC):
     retention: int
     max_retries = 8
     key_chunk = CHUNK  # keys per lookup statement; a dialect without a parameter limit raises it
+    for_update = ""  # suffix of a SELECT that locks its rows in a write unit (PostgreSQL's)
 
     def _chunks(self, seq: Sequence[T]) -> Iterator[Sequence[T]]:
         return chunks(seq, self.key_chunk)
@@ -299,12 +302,28 @@ class SqlBase(ABC):
         r = cur.fetchone()
         if r is None and not existed:
             cur.execute(self._q("INSERT INTO meta (key, value) VALUES ('schema', ?)"), (SCHEMA_VERSION,))
+            self._check_batch_size(cur)
             return
         found = r[0] if r else "unversioned"
         if found != SCHEMA_VERSION:
             raise StorageError(
                 f"{self.url_safe} holds a UTXO store of schema {found!r}; this version needs "
                 f"{SCHEMA_VERSION!r} (point UTXO_STORE_URL at a new store)"
+            )
+        self._check_batch_size(cur)
+
+    def _check_batch_size(self, cur: Any) -> None:
+        """The batch size decides which record holds which output, so a store keeps the one it
+        was created with; opening it with another is refused rather than misreading pages."""
+        cur.execute("SELECT value FROM meta WHERE key = 'batch_size'")
+        r = cur.fetchone()
+        want: int = getattr(self, "batch_size", 0)
+        if r is None:
+            cur.execute(self._q("INSERT INTO meta (key, value) VALUES ('batch_size', ?)"), (str(want),))
+        elif int(r[0]) != want:
+            raise StorageError(
+                f"{self.url_safe} was created with UTXO_BATCH_SIZE={r[0]}; it cannot be opened with "
+                f"{want} (outputs would be looked up in the wrong records)"
             )
 
     def _stored_height(self, cur: Any) -> int:

@@ -11,6 +11,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 import time
@@ -20,20 +21,17 @@ from typing import Any
 
 from chain import Tx, hash_to_hex, is_data_carrier, utxo_hash
 from chain.tx import varint
-from stores.utxo import slots, validate
+from stores.utxo import slots, twophase, validate
 from stores.utxo.errors import ProcessingError, TxExists, UtxoError
 from stores.utxo.gcpause import gc_paused
+from stores.utxo.pages import MasterRecord
 from stores.utxo.records import BlockInfo, TxMeta, Utxo
 from stores.utxo.rules import COINBASE_MATURITY, next_dah
-from stores.utxo.sql.base import SqlBase
+from stores.utxo.sql.pages import PageMixin, master_row
+from stores.utxo.sql.schema import INSERT_TX, TX_COLS
 
-TX_COLS = (
-    "id, txid, version, locktime, fee, size_in_bytes, is_coinbase, spending_height, locked, "
-    "creating, conflicting, unmined_since, created_at, preserve_until, delete_at_height, external, "
-    "total_extra_recs, total_utxos, spent_utxos, blocks, conflicting_children, reassignments, "
-    "spendable_in, inpoints, utxos, raw_format, raw"
-)
-INSERT_TX = f"INSERT INTO txs ({TX_COLS}) VALUES ({', '.join(['?'] * 27)}) ON CONFLICT (txid) DO NOTHING"
+__all__ = ["INSERT_TX", "TX_COLS", "CreateMixin", "ImportMixin", "utxo_slots"]
+
 RAW_NONE, RAW_TX, RAW_OUTPUTS = 0, 1, 2
 # Per-row values of a created transaction; the columns every row of one call shares are
 # written as literals (`create_statement`), which halves the parameters bound per row.
@@ -107,7 +105,7 @@ def freeze_all(packed: bytes) -> bytes:
     )
 
 
-class CreateMixin(SqlBase):
+class CreateMixin(PageMixin):
     def create(
         self,
         tx: Tx,
@@ -160,6 +158,8 @@ class CreateMixin(SqlBase):
         seen: set[bytes] = set()
         new = tuple.__new__
         todo: list[tuple[int, bytes, list[Any]]] = []
+        external: list[int] = []
+        batch_size, max_size, ext_all = self.batch_size, self.max_tx_size_in_store, self.externalize_all
         for i, tx in enumerate(txs):
             txid = tx.txid
             if not tx.outputs:
@@ -169,6 +169,9 @@ class CreateMixin(SqlBase):
                 results[i] = TxExists(f"tx {tx.txid_hex} appears twice in the batch", txid=txid)
                 continue
             seen.add(txid)
+            if ext_all or len(tx.raw) > max_size or len(tx.outputs) > batch_size:
+                external.append(i)
+                continue
             packed, n_utxos = utxo_slots(tx)
             if frozen:
                 packed = freeze_all(packed)
@@ -190,11 +193,87 @@ class CreateMixin(SqlBase):
                 block_ids, block_heights, subtree_idxs, False, 0, n_utxos, 0, (), tx,
             ))
 
-        dups = self._insert_new("create", todo, insert)
+        dups = self._insert_new("create", todo, insert) if todo else []
+        if external:
+            self._create_external(
+                txs, external, fees, results, block_height, mined_block_infos,
+                locked=locked, conflicting=conflicting, frozen=frozen,
+            )
         for i in dups:
             txid = txs[i].txid
             results[i] = TxExists(f"tx {hash_to_hex(txid)} already exists", txid=txid)
         return results  # type: ignore[return-value]
+
+    def _create_external(
+        self,
+        txs: Sequence[Tx],
+        which: list[int],
+        fees: list[int | None],
+        results: list[TxMeta | UtxoError | None],
+        block_height: int,
+        blocks: Sequence[BlockInfo],
+        *,
+        locked: bool,
+        conflicting: bool,
+        frozen: bool,
+    ) -> None:
+        """External transactions: those spanning several records through the two-phase
+        coordinator, one at a time; the one-record ones with their blobs written first, then
+        their records inserted together."""
+        extended = self._extend([txs[i] for i in which], txs)
+        todo: list[tuple[int, bytes, list[Any]]] = []
+        recs: dict[int, MasterRecord] = {}
+        for i in which:
+            tx = extended.get(txs[i].txid, txs[i])
+            try:
+                if len(tx.outputs) > self.batch_size:
+                    results[i] = twophase.create_paged(
+                        self, tx, block_height, blocks, locked=locked, conflicting=conflicting,  # type: ignore[arg-type]
+                        frozen=frozen, fee=fees[i],
+                    )
+                    continue
+                self.external.put_tx(tx)
+            except UtxoError as e:
+                results[i] = e
+                continue
+            rec = recs[i] = twophase.master_record(
+                self, tx, block_height, blocks, locked=locked, conflicting=conflicting,  # type: ignore[arg-type]
+                frozen=frozen, fee=fees[i],
+            )
+            todo.append((i, tx.txid, master_row(rec, creating=False)))
+            results[i] = twophase.meta_of(rec, tx, creating=False)
+        if todo:
+            for i in self._insert_new("create", todo, self._q(INSERT_TX)):
+                results[i] = TxExists(f"tx {hash_to_hex(txs[i].txid)} already exists", txid=txs[i].txid)
+
+    def _extend(self, wanted: Sequence[Tx], batch: Sequence[Tx]) -> dict[bytes, Tx]:
+        """Extended copies of the standard-format transactions among `wanted` whose previous
+        outputs are all known (in the batch or the store), so that their blobs need no parent
+        lookups later; the others are left out (they are stored as they are)."""
+        lacking = [t for t in wanted if not t.is_extended]
+        if not lacking:
+            return {}
+        in_batch = {t.txid: t for t in batch}
+        need = sorted({
+            (i.prev_txid, i.prev_vout) for t in lacking for i in t.inputs if i.prev_txid not in in_batch
+        })
+        known = {op: (o.satoshis, o.script) for op, o in self.get_outputs(need).items()} if need else {}
+        out: dict[bytes, Tx] = {}
+        for t in lacking:
+            ins = []
+            for i in t.inputs:
+                parent = in_batch.get(i.prev_txid)
+                if parent is not None and i.prev_vout < len(parent.outputs):
+                    o = parent.outputs[i.prev_vout]
+                    prev: tuple[int, bytes] | None = (o.satoshis, o.script)
+                else:
+                    prev = known.get((i.prev_txid, i.prev_vout))
+                if prev is None:
+                    break
+                ins.append(dataclasses.replace(i, prev_satoshis=prev[0], prev_script=prev[1]))
+            else:
+                out[t.txid] = dataclasses.replace(t, inputs=ins)
+        return out
 
     def _insert_new(
         self, what: str, todo: list[tuple[int, bytes, list[Any]]], insert: str

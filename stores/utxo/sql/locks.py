@@ -8,6 +8,10 @@ Invariants:
   creator that died never blocks the transaction for longer than its TTL.
 - Release removes only the caller's own lock (same holder and creation time), so a creator
   whose lock lapsed and was taken over cannot release its successor's.
+- A lock whose holder is a process of this host that no longer runs is taken over at once,
+  without waiting for its TTL (a holder on another host can only be waited out). Taking over
+  is safe even if that judgement were wrong: the lock only saves duplicate work, because
+  pages are create-only and identical whoever writes them (see `stores.utxo.twophase`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,22 @@ from typing import Any
 from stores.utxo import validate
 from stores.utxo.records import LOCK_TYPE, CreationLock
 from stores.utxo.sql.base import SqlBase
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` of this host still runs (a zombie, killed but not yet reaped by
+    its parent, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True  # no /proc: trust kill(0)
 
 
 class LockMixin(SqlBase):
@@ -43,6 +63,18 @@ class LockMixin(SqlBase):
 
         def unit(cur: Any) -> bool:
             cur.execute(self._q("DELETE FROM tx_locks WHERE txid = ? AND expires_at <= ?"), (txid, now))
+            cur.execute(
+                self._q(
+                    f"SELECT created_at, process_id, hostname FROM tx_locks WHERE txid = ?{self.for_update}"
+                ),
+                (txid,),
+            )
+            held = cur.fetchone()
+            if held is not None and held[2] == lock.hostname and not process_alive(held[1]):
+                cur.execute(
+                    self._q("DELETE FROM tx_locks WHERE txid = ? AND created_at = ? AND process_id = ?"),
+                    (txid, held[0], held[1]),
+                )
             cur.execute(
                 self._q(
                     "INSERT INTO tx_locks (txid, lock_type, created_at, expires_at, process_id, hostname, "

@@ -14,8 +14,9 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from chain import hash_to_hex, parse_tx
+from chain import Tx, hash_to_hex, parse_tx
 from chain.tx import tx_outputs
+from stores.blob.protocol import BlobNotFound
 from stores.utxo import slots, validate
 from stores.utxo.errors import (
     Outpoint,
@@ -30,8 +31,9 @@ from stores.utxo.errors import (
 )
 from stores.utxo.records import OutputInfo, SpendInfo, SpendStatus, TxMeta, Utxo, UtxoStats
 from stores.utxo.rules import check_spend
-from stores.utxo.sql.base import SqlBase, split_inpoints
+from stores.utxo.sql.base import split_inpoints
 from stores.utxo.sql.create import RAW_OUTPUTS, RAW_TX, TX_COLS
+from stores.utxo.sql.pages import PageMixin, PageRow
 from stores.utxo.sql.spend import PARENT_COLS, Parent
 
 FIELDS = frozenset(TxMeta._fields)
@@ -52,7 +54,7 @@ def record_outputs(raw_format: int, raw: bytes | None) -> dict[int, tuple[int, b
     return {}
 
 
-class ReadMixin(SqlBase):
+class ReadMixin(PageMixin):
     def get(self, txid: bytes, fields: Sequence[str] | None = None) -> TxMeta:
         validate.hash32("txid", txid)
         if fields is not None:
@@ -96,9 +98,32 @@ class ReadMixin(SqlBase):
             reassignments=json.loads(r[20]),
             inpoints=split_inpoints(bytes(r[22])),
         )
-        if (fields is None or "tx" in fields) and r[24] == RAW_TX:
-            meta = meta._replace(tx=parse_tx(bytes(r[25])))
+        if fields is None or "tx" in fields:
+            if r[24] == RAW_TX:
+                meta = meta._replace(tx=parse_tx(bytes(r[25])))
+            elif meta.external:
+                meta = meta._replace(tx=self._external_tx(meta.txid))
         return meta
+
+    def _external_tx(self, txid: bytes) -> Tx | None:
+        try:
+            return self.external.get_tx(txid)
+        except BlobNotFound:
+            raise StorageError(
+                f"tx {hash_to_hex(txid)} is stored externally but its blob is missing"
+            ) from None
+
+    def _outputs_of(
+        self, txid: bytes, raw_format: int, raw: bytes | None, external: bool
+    ) -> dict[int, tuple[int, bytes]]:
+        if external:
+            try:
+                return self.external.outputs(txid)
+            except BlobNotFound:
+                raise StorageError(
+                    f"tx {hash_to_hex(txid)} is stored externally but its blob is missing"
+                ) from None
+        return record_outputs(raw_format, raw)
 
     def get_outputs(self, outpoints: Sequence[Outpoint]) -> dict[Outpoint, OutputInfo]:
         validate.outpoints(outpoints)
@@ -106,27 +131,37 @@ class ReadMixin(SqlBase):
         for t, v in outpoints:
             wanted.setdefault(t, []).append(v)
 
-        def q(cur: Any) -> list[Any]:
+        size = self.batch_size
+
+        def q(cur: Any) -> tuple[list[Any], dict[tuple[bytes, int], bytes]]:
             rows = []
             for part in self._chunks(sorted(wanted)):
-                rows += self._select_txs(cur, "txid, utxos, spendable_in, raw_format, raw", part, False)
-            return rows
+                rows += self._select_txs(
+                    cur, "txid, utxos, spendable_in, raw_format, raw, external, total_extra_recs", part, False
+                )
+            keys = {(bytes(r[0]), v // size) for r in rows if r[6] for v in wanted[bytes(r[0])] if v >= size}
+            pages = {k: bytes(pg.utxos) for k, pg in self._lock_pages(cur, keys, lock=False).items()}
+            return rows, pages
 
         out: dict[Outpoint, OutputInfo] = {}
-        for r in self._run_read("get_outputs", q):
+        rows, pages = self._run_read("get_outputs", q)
+        for r in rows:
             txid, utxos = bytes(r[0]), bytes(r[1])
             spendable = json.loads(r[2])
             outputs: dict[int, tuple[int, bytes]] | None = None
             for vout in wanted[txid]:
+                buf, pos = utxos, vout
+                if r[6] and vout >= size:
+                    buf, pos = pages.get((txid, vout // size), b""), vout % size
                 h, sp_txid, sp_vin, frozen = (
-                    slots.decode(utxos[vout * SLOT : vout * SLOT + SLOT])
-                    if (vout * SLOT + SLOT <= len(utxos))
+                    slots.decode(buf[pos * SLOT : pos * SLOT + SLOT])
+                    if (pos * SLOT + SLOT <= len(buf))
                     else (None, None, None, False)
                 )
                 if h is None:
                     continue
                 if outputs is None:
-                    outputs = record_outputs(r[3], r[4])
+                    outputs = self._outputs_of(txid, r[3], r[4], bool(r[5]))
                 sats, script = outputs.get(vout, (0, b""))
                 out[(txid, vout)] = OutputInfo(
                     txid, vout, h, sats, script, sp_txid, sp_vin, frozen, spendable.get(str(vout))
@@ -142,11 +177,23 @@ class ReadMixin(SqlBase):
         validate.outpoints([outpoint])
         validate.hash32("utxo_hash", utxo_hash)
 
-        def q(cur: Any) -> tuple[list[Any], int]:
-            return self._select_txs(cur, PARENT_COLS, [outpoint[0]], False), self._stored_height(cur)
+        size = self.batch_size
 
-        rows, height = self._run_read("get_spend", q)
+        def q(cur: Any) -> tuple[list[Any], int, dict[tuple[bytes, int], PageRow]]:
+            rows = self._select_txs(cur, PARENT_COLS, [outpoint[0]], False)
+            pages = {}
+            if rows and rows[0][16] and outpoint[1] >= size:
+                pages = self._lock_pages(cur, [(outpoint[0], outpoint[1] // size)], lock=False)
+            return rows, self._stored_height(cur), pages
+
+        rows, height, pages = self._run_read("get_spend", q)
         p = Parent(rows[0]) if rows else None
+        if p is not None and rows[0][16]:
+            p.page_size = size
+            p.pages = {k: pg for (_t, k), pg in pages.items()}
+            page = p.pages.get(outpoint[1] // size) if outpoint[1] >= size else None
+            if page is not None and page.creating:
+                return SpendInfo(SpendStatus.LOCKED)
         err = check_spend(
             outpoint,
             utxo_hash,
@@ -172,50 +219,71 @@ class ReadMixin(SqlBase):
     def iter_utxos(self, *, confirmed: bool = True, script: bytes | None = None) -> Iterator[Utxo]:
         where = _MINED if confirmed else "t.conflicting = 0"
         sql = (
-            "SELECT t.txid, t.utxos, t.raw_format, t.raw, t.blocks, t.is_coinbase "
-            f"FROM txs t WHERE {where} ORDER BY t.id"
+            "SELECT t.txid, t.utxos, t.raw_format, t.raw, t.blocks, t.is_coinbase, t.external, "
+            f"t.total_extra_recs FROM txs t WHERE {where} ORDER BY t.id"
         )
-        batch: list[Any] = []
+        # Segments: (record row, vout of its first slot, slots) — a record's master, then each
+        # of its child pages, read one at a time.
+        batch: list[tuple[Any, int, bytes]] = []
+        memo: dict[bytes, dict[int, tuple[int, bytes]]] = {}
+        size = self.batch_size
         try:
             for r in self._stream(self._q(sql), ()):
-                batch.append(r)
+                batch.append((r, 0, bytes(r[1])))
+                if r[7]:
+                    for k, page in self._page_slots(bytes(r[0])):
+                        batch.append((r, k * size, page))
+                        if len(batch) >= _VIEW_CHUNK:
+                            yield from self._emit(batch, confirmed, script, memo)
+                            batch = []
                 if len(batch) >= _VIEW_CHUNK:
-                    yield from self._emit(batch, confirmed, script)
+                    yield from self._emit(batch, confirmed, script, memo)
                     batch = []
-            yield from self._emit(batch, confirmed, script)
+            yield from self._emit(batch, confirmed, script, memo)
         except self._db_errors() as e:
             raise StorageError(f"listing UTXOs failed in {self.url_safe}: {e}") from e
 
-    def _emit(self, rows: list[Any], confirmed: bool, script: bytes | None) -> Iterator[Utxo]:
+    def _emit(
+        self,
+        segments: list[tuple[Any, int, bytes]],
+        confirmed: bool,
+        script: bytes | None,
+        memo: dict[bytes, dict[int, tuple[int, bytes]]],
+    ) -> Iterator[Utxo]:
         """The live UTXOs of a chunk of records. A slot is live when it has a hash and either no
         spending data, frozen (frozen is not spent), or — in the confirmed view — a spender that
         is stored but not mined on the best chain (looked up once for the whole chunk)."""
         live_of: list[list[int]] = []
         spent_by: list[list[tuple[int, bytes]]] = []
         spenders: set[bytes] = set()
-        for r in rows:
-            utxos = bytes(r[1])
+        for _r, base, utxos in segments:
             live: list[int] = []
             pending: list[tuple[int, bytes]] = []
             for k in range(0, len(utxos), SLOT):
                 if utxos.startswith(NO_HASH, k):
                     continue
                 if utxos.startswith(UNSPENT, k + 32) or utxos.startswith(FROZEN, k + 32):
-                    live.append(k // SLOT)
+                    live.append(base + k // SLOT)
                 elif confirmed:
                     spender = utxos[k + 32 : k + 64]
-                    pending.append((k // SLOT, spender))
+                    pending.append((base + k // SLOT, spender))
                     spenders.add(spender)
             live_of.append(live)
             spent_by.append(pending)
         unconfirmed = self._unconfirmed(spenders) if spenders else set()
         heights: dict[str, int | None] = {}
-        for r, live, pending in zip(rows, live_of, spent_by):
+        for (r, _base, _u), live, pending in zip(segments, live_of, spent_by):
             if pending:
                 live = sorted(live + [v for v, sp in pending if sp in unconfirmed])
             if not live:
                 continue
-            outputs = record_outputs(r[2], r[3])
+            if r[6]:  # external: the blob's outputs, kept while this record's pages go by
+                outputs = memo.get(bytes(r[0]))
+                if outputs is None:
+                    memo.clear()
+                    outputs = memo[bytes(r[0])] = self._outputs_of(bytes(r[0]), r[2], r[3], True)
+            else:
+                outputs = record_outputs(r[2], r[3])
             blocks = r[4]
             height = heights.get(blocks, -1)
             if height == -1:

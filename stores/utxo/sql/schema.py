@@ -13,6 +13,9 @@ Design (why it looks like this):
   transaction, the outputs they hold (raw_format 2): enough to list UTXOs with script and value.
 - Pruning reads partial indexes on `delete_at_height`, `unmined_since` and `preserve_until`,
   which hold only the few rows that have those set.
+- A transaction with more outputs than the batch size keeps outputs B… in `tx_pages`, one row
+  per child record (see `stores.utxo.pages`); a child is removed with its master. Its own
+  `total_utxos`/`spent_utxos` count its slots, while the master's count the whole transaction.
 - Booleans are SMALLINT 0/1 on both databases so the same statements run on both.
 """
 
@@ -50,6 +53,25 @@ CREATE TABLE IF NOT EXISTS txs (
 ){opts}
 """
 
+TX_COLS = (
+    "id, txid, version, locktime, fee, size_in_bytes, is_coinbase, spending_height, locked, "
+    "creating, conflicting, unmined_since, created_at, preserve_until, delete_at_height, external, "
+    "total_extra_recs, total_utxos, spent_utxos, blocks, conflicting_children, reassignments, "
+    "spendable_in, inpoints, utxos, raw_format, raw"
+)
+INSERT_TX = f"INSERT INTO txs ({TX_COLS}) VALUES ({', '.join(['?'] * 27)}) ON CONFLICT (txid) DO NOTHING"
+PAGES = """
+CREATE TABLE IF NOT EXISTS tx_pages (
+    txid {blob} NOT NULL,
+    page INTEGER NOT NULL,
+    creating SMALLINT NOT NULL,
+    total_utxos INTEGER NOT NULL,
+    spent_utxos INTEGER NOT NULL,
+    utxos {blob} NOT NULL,
+    PRIMARY KEY (txid, page)
+)
+"""
+
 META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
 # Lock records of two-phase creation (seed 000): create-only, one per txid, with an expiry so a
@@ -70,8 +92,12 @@ INDEXES = [
     "CREATE INDEX IF NOT EXISTS txs_dah ON txs (delete_at_height) WHERE delete_at_height IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS txs_unmined ON txs (unmined_since) WHERE unmined_since IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS txs_preserve ON txs (preserve_until) WHERE preserve_until IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS txs_creating ON txs (txid) WHERE creating = 1",
 ]
 
 
 def ddl(blob: str, bigint: str, opts: str = "", extra: tuple[str, ...] = ()) -> list[str]:
-    return [*extra, TXS.format(blob=blob, bigint=bigint, opts=opts), META, LOCKS.format(blob=blob), *INDEXES]
+    return [
+        *extra, TXS.format(blob=blob, bigint=bigint, opts=opts), PAGES.format(blob=blob), META,
+        LOCKS.format(blob=blob), *INDEXES,
+    ]

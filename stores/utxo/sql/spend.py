@@ -12,7 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from hashlib import sha256
 from typing import Any
 
@@ -23,6 +23,7 @@ from stores.utxo.errors import (
     Outpoint,
     ProcessingError,
     SpendRejected,
+    TxCreating,
     TxNotFound,
     UtxoError,
     UtxoMismatch,
@@ -33,13 +34,13 @@ from stores.utxo.errors import (
 from stores.utxo.gcpause import gc_paused
 from stores.utxo.records import Spend
 from stores.utxo.rules import REASSIGN_DELAY, check_spend, next_dah
-from stores.utxo.sql.base import SqlBase
+from stores.utxo.sql.pages import PageMixin, PageRow
 
 # `Parent` reads these by position.
 PARENT_COLS = (
     "id, txid, creating, conflicting, locked, is_coinbase, spending_height, total_utxos, "
     "spent_utxos, unmined_since, preserve_until, delete_at_height, blocks, utxos, spendable_in, "
-    "reassignments"
+    "reassignments, total_extra_recs"
 )
 SET_SPENDS = "UPDATE txs SET utxos = ?, spent_utxos = ?, delete_at_height = ? WHERE id = ?"
 SET_OUTPUT_STATE = (
@@ -47,6 +48,7 @@ SET_OUTPUT_STATE = (
     "reassignments = ? WHERE id = ?"
 )
 SLOT = slots.SLOT
+Loc = tuple[bytearray, int, PageRow | None]  # (slots buffer, slot offset, child page or None)
 UNSPENT = slots.UNSPENT
 NO_HASH = slots.NO_HASH
 
@@ -56,7 +58,10 @@ class Parent:
     of the row is decoded only when a rule needs it: the fast path of a block's spends reads
     nothing but the flags, the slots and the counters."""
 
-    __slots__ = ("_spendable", "changed", "dah", "id", "reassignments", "row", "spent", "total", "utxos")
+    __slots__ = (
+        "_spendable", "changed", "dah", "id", "page_size", "pages", "reassignments", "row", "spent",
+        "total", "utxos",
+    )
 
     def __init__(self, r: tuple[Any, ...]) -> None:
         self.row = r
@@ -68,6 +73,10 @@ class Parent:
         self.reassignments: str = r[15]
         self._spendable: dict[str, int] | None = None
         self.changed = False
+        # A multi-record transaction: outputs from `page_size` on live in child pages, of which
+        # those an operation needs are loaded (under the master's lock) into `pages`.
+        self.page_size = 0
+        self.pages: dict[int, PageRow] = {}
 
     @property
     def check(self) -> tuple[bool, bool, bool, bool, int]:
@@ -78,7 +87,7 @@ class Parent:
     def plain(self, block_height: int) -> bool:
         """No rule but the slot's own can refuse a spend of this record at this height."""
         r = self.row
-        return not (r[2] or r[3] or r[4]) and r[14] == "{}" and not (r[5] and block_height < r[6])
+        return not (r[2] or r[3] or r[4] or r[16]) and r[14] == "{}" and not (r[5] and block_height < r[6])
 
     @property
     def spendable(self) -> dict[str, int]:
@@ -88,12 +97,37 @@ class Parent:
             self._spendable = json.loads(s) if s != "{}" else {}
         return self._spendable
 
+    def locate(self, vout: int) -> tuple[bytearray, int, PageRow | None] | None:
+        """(slots buffer, offset of the output's slot in it, its child page or None for the
+        master), or None when no such slot is stored."""
+        size = self.page_size
+        if size and vout >= size:
+            k = vout // size
+            page = self.pages.get(k)
+            if page is None:
+                return None
+            buf, off = page.utxos, (vout - k * size) * SLOT
+        else:
+            buf, off, page = self.utxos, vout * SLOT, None
+        if off + SLOT > len(buf):
+            return None
+        return buf, off, page
+
+    def mark(self, page: PageRow | None, spent: int = 0) -> None:
+        """Record a change of a slot (and `spent` more spent slots) in the master or a page."""
+        self.changed = True
+        self.spent += spent
+        if page is not None:
+            page.changed = True
+            page.spent += spent
+
     def output(self, vout: int) -> tuple[bytes, bytes | None, int | None, bool, int | None] | None:
         """(utxo_hash, spending_txid, spending_vin, frozen, spendable_in), or None: no such UTXO."""
-        off = vout * SLOT
-        slot = bytes(self.utxos[off : off + SLOT])
-        if len(slot) != SLOT:
+        loc = self.locate(vout)
+        if loc is None:
             return None
+        buf, off, _page = loc
+        slot = bytes(buf[off : off + SLOT])
         h, sp_txid, sp_vin, frozen = slots.decode(slot)
         if h is None:
             return None
@@ -127,13 +161,32 @@ def _plan(tx: Tx) -> list[tuple[int, bytes, int, bytes | None]]:
     ]
 
 
-class SpendMixin(SqlBase):
-    def _lock_parents(self, cur: Any, txids: set[bytes]) -> dict[bytes, Parent]:
+class SpendMixin(PageMixin):
+    def _lock_parents(
+        self, cur: Any, txids: set[bytes], want: Iterable[tuple[bytes, int]] = ()
+    ) -> dict[bytes, Parent]:
+        """The parent records of `txids` under lock, with the child pages that hold the
+        outpoints in `want` (only multi-record parents have any)."""
         parents: dict[bytes, Parent] = {}
+        paged = False
         for part in self._chunks(sorted(txids)):
             for r in self._select_txs(cur, PARENT_COLS, part, True):
-                parents[bytes(r[1])] = Parent(r)
+                p = parents[bytes(r[1])] = Parent(r)
+                if r[16]:
+                    p.page_size = self.batch_size
+                    paged = True
+        if paged:
+            size = self.batch_size
+            keys = {
+                (t, v // size) for t, v in want
+                if v >= size and (q := parents.get(t)) is not None and q.page_size
+            }
+            for (t, k), page in self._lock_pages(cur, keys).items():
+                parents[t].pages[k] = page
         return parents
+
+    def _write_pages_of(self, cur: Any, parents: Iterable[Parent]) -> None:
+        self._write_pages(cur, (pg for p in parents if p.pages for pg in p.pages.values()))
 
     def spend(self, tx: Tx, block_height: int) -> list[Spend]:
         (r,) = self.spend_many([tx], block_height)
@@ -149,7 +202,9 @@ class SpendMixin(SqlBase):
         height = self._height(block_height)
 
         def unit(cur: Any) -> list[list[Spend] | UtxoError]:
-            parents = self._lock_parents(cur, parent_ids)
+            parents = self._lock_parents(
+                cur, parent_ids, ((i.prev_txid, i.prev_vout) for tx in txs for i in tx.inputs)
+            )
             fast = {t: p for t, p in parents.items() if p.plain(block_height)}
             results: list[list[Spend] | UtxoError] = []
             get = fast.get
@@ -222,6 +277,7 @@ class SpendMixin(SqlBase):
                     rows.append((p.utxos, p.spent, p.dah, p.id))  # a bytearray binds as a blob
             if rows:
                 cur.executemany(self._q(SET_SPENDS), rows)
+                self._write_pages_of(cur, parents.values())
             return results
 
         return self._run_write("spend", unit)
@@ -234,20 +290,26 @@ class SpendMixin(SqlBase):
         block_height: int,
     ) -> list[Spend] | UtxoError:
         spends: list[Spend] = []
-        fresh: list[tuple[Parent, int, bytes, int]] = []  # (parent, slot offset, spending data, vin)
+        # (parent, slots buffer, offset, page, spending data, vin, vout) of each new spend
+        fresh: list[tuple[Parent, bytearray, int, PageRow | None, bytes, int, int]] = []
         errors: list[tuple[int, UtxoError]] = []
         for vin, ptxid, vout, expected in plan:
             p = parents.get(ptxid)
             mine = txid + vin.to_bytes(4, "little")
-            if p is not None and p.plain(block_height):
-                off = vout * SLOT
-                slot = p.utxos[off : off + SLOT]
-                h = bytes(slot[:32])
-                if len(slot) == SLOT and h != NO_HASH and (expected is None or expected == h):
-                    sp = slot[32:]
+            loc = None if p is None else p.locate(vout)
+            if loc is not None and loc[2] is not None and loc[2].creating:
+                # A child page still being created (its master's flag normally says so first).
+                errors.append((vin, TxCreating(f"tx {hash_to_hex(ptxid)} is still being created",
+                                               outpoint=(ptxid, vout))))
+                continue
+            if p is not None and loc is not None and p.plain(block_height):
+                buf, off, page = loc
+                h = bytes(buf[off : off + 32])
+                if h != NO_HASH and (expected is None or expected == h):
+                    sp = buf[off + 32 : off + SLOT]
                     if sp == UNSPENT:  # the common case: decided without the full rule walk
                         spends.append(Spend(ptxid, vout, h, txid, vin))
-                        fresh.append((p, off, mine, vin))
+                        fresh.append((p, buf, off, page, mine, vin, vout))
                         continue
                     if sp == mine:
                         spends.append(Spend(ptxid, vout, h, txid, vin))
@@ -264,15 +326,15 @@ class SpendMixin(SqlBase):
             if err is not None:
                 errors.append((vin, err))
             else:
-                assert out is not None and p is not None
+                assert out is not None and p is not None and loc is not None
                 spends.append(Spend(ptxid, vout, out[0], txid, vin))
                 if out[1] is None:
-                    fresh.append((p, vout * SLOT, mine, vin))
+                    fresh.append((p, loc[0], loc[1], loc[2], mine, vin, vout))
         seen: dict[tuple[int, int], int] = {}
-        for p, off, _mine, vin in fresh:
-            first = seen.setdefault((p.id, off), vin)
+        for p, _buf, _off, _page, _mine, vin, vout in fresh:
+            first = seen.setdefault((p.id, vout), vin)
             if first != vin:
-                op = (next(s.txid for s in spends if s.spending_vin == vin), off // SLOT)
+                op = (next(s.txid for s in spends if s.spending_vin == vin), vout)
                 errors.append(
                     (
                         vin,
@@ -287,10 +349,9 @@ class SpendMixin(SqlBase):
                 )
         if errors:
             return SpendRejected(txid, sorted(errors, key=lambda e: e[0]))
-        for p, off, mine, _vin in fresh:
-            p.utxos[off + 32 : off + SLOT] = mine
-            p.spent += 1
-            p.changed = True
+        for p, buf, off, page, mine, _vin, _vout in fresh:
+            buf[off + 32 : off + SLOT] = mine
+            p.mark(page, 1)
         return spends
 
     def unspend(self, spends: Sequence[Spend]) -> list[bool]:
@@ -301,19 +362,20 @@ class SpendMixin(SqlBase):
         height = self._height()
 
         def unit(cur: Any) -> list[bool]:
-            parents = self._lock_parents(cur, {s.txid for s in spends})
+            parents = self._lock_parents(cur, {s.txid for s in spends}, ((s.txid, s.vout) for s in spends))
             cleared: list[bool] = []
             for s in spends:
                 p = parents.get(s.txid)
-                off = s.vout * SLOT
-                if p is None or p.utxos[off + 32 : off + SLOT] != slots.spending_data(
-                    s.spending_txid, s.spending_vin
-                ):
+                loc = None if p is None else p.locate(s.vout)
+                if p is None or loc is None:
                     cleared.append(False)
                     continue
-                p.utxos[off + 32 : off + SLOT] = UNSPENT
-                p.spent -= 1
-                p.changed = True
+                buf, off, page = loc
+                if buf[off + 32 : off + SLOT] != slots.spending_data(s.spending_txid, s.spending_vin):
+                    cleared.append(False)
+                    continue
+                buf[off + 32 : off + SLOT] = UNSPENT
+                p.mark(page, -1)
                 cleared.append(True)
             self._write_parents(cur, parents, height)
             return cleared
@@ -337,13 +399,14 @@ class SpendMixin(SqlBase):
                 )
         if rows:
             cur.executemany(self._q(SET_OUTPUT_STATE), rows)
+            self._write_pages_of(cur, parents.values())
 
     # -- freeze / unfreeze / reassign --------------------------------------------------------------
     def _per_output(
         self,
         what: str,
         items: Sequence[tuple[Outpoint, bytes]],
-        act: Callable[[Outpoint, Parent, int, tuple[Any, ...]], UtxoError | None],
+        act: Callable[[Outpoint, Parent, Loc, tuple[Any, ...]], UtxoError | None],
     ) -> list[UtxoError | None]:
         validate.outpoints(op for op, _h in items)
         for _op, h in items:
@@ -351,7 +414,7 @@ class SpendMixin(SqlBase):
         height = self._height()
 
         def unit(cur: Any) -> list[UtxoError | None]:
-            parents = self._lock_parents(cur, {op[0] for op, _h in items})
+            parents = self._lock_parents(cur, {op[0] for op, _h in items}, (op for op, _h in items))
             result: list[UtxoError | None] = []
             for op, h in items:
                 p = parents.get(op[0])
@@ -368,14 +431,17 @@ class SpendMixin(SqlBase):
                         )
                     )
                 else:
-                    result.append(act(op, p, op[1] * SLOT, out))
+                    loc = p.locate(op[1])
+                    assert loc is not None  # `output` found the slot
+                    result.append(act(op, p, loc, out))
             self._write_parents(cur, parents, height)
             return result
 
         return self._run_write(what, unit)
 
     def freeze(self, items: Sequence[tuple[Outpoint, bytes]]) -> list[UtxoError | None]:
-        def act(op: Outpoint, p: Parent, off: int, out: tuple[Any, ...]) -> UtxoError | None:
+        def act(op: Outpoint, p: Parent, loc: Loc, out: tuple[Any, ...]) -> UtxoError | None:
+            buf, off, page = loc
             if out[3]:
                 return None
             if out[1] is not None:
@@ -386,18 +452,19 @@ class SpendMixin(SqlBase):
                     spending_txid=out[1],
                     spending_vin=out[2],
                 )
-            p.utxos[off + 32 : off + SLOT] = slots.FROZEN
-            p.changed = True
+            buf[off + 32 : off + SLOT] = slots.FROZEN
+            p.mark(page)
             return None
 
         return self._per_output("freeze", items, act)
 
     def unfreeze(self, items: Sequence[tuple[Outpoint, bytes]]) -> list[UtxoError | None]:
-        def act(op: Outpoint, p: Parent, off: int, out: tuple[Any, ...]) -> UtxoError | None:
+        def act(op: Outpoint, p: Parent, loc: Loc, out: tuple[Any, ...]) -> UtxoError | None:
+            buf, off, page = loc
             if not out[3]:
                 return ProcessingError(f"output {fmt_outpoint(op)} is not frozen", outpoint=op)
-            p.utxos[off + 32 : off + SLOT] = UNSPENT
-            p.changed = True
+            buf[off + 32 : off + SLOT] = UNSPENT
+            p.mark(page)
             return None
 
         return self._per_output("unfreeze", items, act)
@@ -410,12 +477,13 @@ class SpendMixin(SqlBase):
         if height <= 0:
             raise ProcessingError("reassign needs the current block height (set_block_height)")
 
-        def act(op: Outpoint, p: Parent, off: int, out: tuple[Any, ...]) -> UtxoError | None:
+        def act(op: Outpoint, p: Parent, loc: Loc, out: tuple[Any, ...]) -> UtxoError | None:
+            buf, off, page = loc
             if not out[3]:
                 return ProcessingError(
                     f"output {fmt_outpoint(op)} must be frozen before it is reassigned", outpoint=op
                 )
-            p.utxos[off : off + SLOT] = new_utxo_hash + UNSPENT
+            buf[off : off + SLOT] = new_utxo_hash + UNSPENT
             p.spendable[str(op[1])] = height + REASSIGN_DELAY
             entries = json.loads(p.reassignments)
             entries.append(
@@ -427,7 +495,7 @@ class SpendMixin(SqlBase):
                 }
             )
             p.reassignments = json.dumps(entries)
-            p.changed = True
+            p.mark(page)
             return None
 
         (err,) = self._per_output("reassign", [(outpoint, utxo_hash)], act)

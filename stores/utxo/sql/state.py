@@ -11,30 +11,32 @@ Invariants:
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any
 
+from chain import hash_to_hex
 from stores.utxo import validate
-from stores.utxo.errors import TxNotFound, UtxoError
+from stores.utxo.errors import StorageError, TxNotFound, UtxoError
 from stores.utxo.gcpause import gc_paused
 from stores.utxo.rules import next_dah
-from stores.utxo.sql.base import SqlBase, TxState, chunks, split_inpoints
+from stores.utxo.sql.base import TxState, chunks, split_inpoints
+from stores.utxo.sql.pages import PageMixin
 
 MINED_COLS = (
     "id, txid, blocks, conflicting, unmined_since, preserve_until, delete_at_height, total_utxos, "
     "spent_utxos, locked"
 )
-SET_MINED = (
-    "UPDATE txs SET blocks = ?, locked = 0, creating = 0, unmined_since = ?, delete_at_height = ? "
-    "WHERE id = ?"
-)
+# `creating` is left alone: a half-made multi-record transaction is finished (pages first) by
+# `_finish_creations` before it is mined, never by clearing its flag blindly.
+SET_MINED = "UPDATE txs SET blocks = ?, locked = 0, unmined_since = ?, delete_at_height = ? WHERE id = ?"
 # The block list and the DAH are the same for every record of a call, so they are literals
 # (plain ints, validated before) and each row binds only its txid.
 FIRST_MINING = (
     "UPDATE txs SET blocks = '[{entry}]', locked = 0, creating = 0, unmined_since = NULL, "
     "delete_at_height = CASE WHEN preserve_until IS NOT NULL THEN NULL "
     "WHEN conflicting = 1 OR spent_utxos >= total_utxos THEN COALESCE(delete_at_height, {dah}) "
-    "ELSE NULL END WHERE txid = ? AND blocks = '[]'"
+    "ELSE NULL END WHERE txid = ? AND blocks = '[]' AND creating = 0"
 )
 UNSET_MINED = "UPDATE txs SET blocks = ?, unmined_since = ?, delete_at_height = ? WHERE id = ?"
 
@@ -43,7 +45,10 @@ class _NotFirst(Exception):
     """Some record of the batch is already in a block, or missing: take the general path."""
 
 
-class StateMixin(SqlBase):
+log = logging.getLogger("utxoflow.store")
+
+
+class StateMixin(PageMixin):
     @gc_paused
     def set_mined_multi(
         self,
@@ -87,6 +92,9 @@ class StateMixin(SqlBase):
                 return [[block_id] for _t in txids]
             except _NotFirst:
                 pass
+
+        if not unset:
+            self._finish_creations(wanted, block_height)
 
         def unit(cur: Any) -> dict[bytes, str]:
             rows: dict[bytes, Any] = {}
@@ -135,6 +143,28 @@ class StateMixin(SqlBase):
             else:
                 out.append([block_id] if b == f"[{entry}]" else [e[0] for e in json.loads(b)])
         return out
+
+    def _finish_creations(self, txids: Sequence[bytes], block_height: int) -> None:
+        """Set-mined is a recovery path of two-phase creation: finish every listed transaction
+        whose creation was left half done — a master still `creating`, or no record but the
+        blob a creator wrote before it died."""
+
+        def q(cur: Any) -> tuple[set[bytes], list[bytes]]:
+            found: set[bytes] = set()
+            creating: list[bytes] = []
+            for part in self._chunks(sorted(txids)):
+                for r in self._select_txs(cur, "txid, creating", part, False):
+                    found.add(bytes(r[0]))
+                    if r[1]:
+                        creating.append(bytes(r[0]))
+            return found, creating
+
+        found, creating = self._run_read("set_mined", q)
+        todo = creating
+        if self.external.blobs is not None:
+            todo = creating + [t for t in txids if t not in found]
+        for t in todo:
+            self.complete_creation(t, block_height)
 
     def mark_on_longest_chain(self, txids: Sequence[bytes], on: bool) -> None:
         def change(s: TxState, height: int) -> None:
@@ -249,11 +279,23 @@ class StateMixin(SqlBase):
 
         def unit(cur: Any) -> int:
             due = [
-                s.id for s in self._load_states(cur, keys).values()
+                s for s in self._load_states(cur, keys).values()
                 if s.delete_at_height is not None and s.delete_at_height <= height
             ]
-            if due:
-                cur.executemany(self._q("DELETE FROM txs WHERE id = ?"), [(i,) for i in due])
-            return len(due)
+            gone = []
+            for s in due:
+                if s.external:
+                    # The blob goes first, while the record is locked (nobody can clear its DAH
+                    # meanwhile); a blob that cannot be removed keeps its record for the next run.
+                    try:
+                        self.external.delete(s.txid)
+                    except StorageError as e:
+                        log.warning("pruning kept tx %s: %s", hash_to_hex(s.txid), e)
+                        continue
+                gone.append(s)
+            if gone:
+                cur.executemany(self._q("DELETE FROM tx_pages WHERE txid = ?"), [(s.txid,) for s in gone])
+                cur.executemany(self._q("DELETE FROM txs WHERE id = ?"), [(s.id,) for s in gone])
+            return len(gone)
 
         return self._run_write("delete_expired", unit) if keys else 0

@@ -1,0 +1,265 @@
+"""Two-phase creation of a transaction that spans several records (seed 000), written once for
+every backend: it drives a store through the record-level calls of `PagedRecords`.
+
+    1. lock    take the creation lock for the txid (create-only, TTL 30 s + 2 s per record,
+               at most 300 s); a live lock held by another creator → TxExists
+    2. blob    write the transaction to the blob store (already there is fine)
+    3. pages   create the master, then every child, each with `creating` set and create-only;
+               a page that exists already is a previous attempt's, kept as it is. Pages may be
+               written by several workers at once (`write_pages` over disjoint groups).
+    4. unlock  release the lock, always, even after a failure: partial pages stay for the next
+               attempt
+    5. commit  clear `creating` on the children, then on the master. A failure here still
+               reports success: the records are all there, and recovery clears the flags.
+
+Invariants:
+- While the master has `creating`, no output of the transaction can be spent (the store's
+  spend checks the master first), so a half-made transaction is never half-spendable.
+- The master's flag is cleared only once every page exists and every child's flag is clear,
+  so "master clear" means "complete"; each page's content is a pure function of the
+  transaction, so whoever writes a missing page writes the same bytes.
+- Recovery (`complete_creation`) needs no lock: it writes only missing pages, create-only, and
+  clears flags in the same order, so it is safe beside a live creator. It runs on a retried
+  create, on set-mined, and when a reader asks for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from chain import Tx, hash_to_hex
+from stores.blob.protocol import BlobNotFound
+from stores.utxo.errors import StorageError, TxExists, UtxoError
+from stores.utxo.external import ExternalTxs
+from stores.utxo.pages import CreationState, MasterRecord, Page, count_utxos, page_count, page_slots
+from stores.utxo.records import BlockInfo, CreationLock, TxMeta
+from stores.utxo.rules import COINBASE_MATURITY, next_dah
+
+log = logging.getLogger("utxoflow.twophase")
+
+# Test-only: a crash test sets these to park the creating process at one point of the protocol
+# (it writes the marker file, then sleeps until it is killed).
+PARK_ENV = "UTXOFLOW_TEST_PARK"
+PARK_FILE_ENV = "UTXOFLOW_TEST_PARK_FILE"
+
+
+def park(point: str) -> None:
+    if os.environ.get(PARK_ENV) != point:
+        return
+    marker = os.environ.get(PARK_FILE_ENV)
+    if marker:
+        Path(marker).write_text(f"{os.getpid()} {point}\n")
+    while True:
+        time.sleep(3600)
+
+
+class PagedRecords(Protocol):
+    """The record-level calls a backend gives the coordinator."""
+
+    batch_size: int
+    retention: int
+    external: ExternalTxs
+
+    def _height(self, hint: int = 0) -> int: ...
+    def acquire_creation_lock(self, txid: bytes, expected_recs: int) -> CreationLock | None: ...
+    def release_creation_lock(self, lock: CreationLock) -> bool: ...
+    def creation_state(self, txid: bytes) -> CreationState | None: ...
+    def create_master(self, rec: MasterRecord, creating: bool = True) -> bool: ...
+    def create_page(self, page: Page) -> bool: ...
+    def clear_creating_children(self, txid: bytes) -> int: ...
+    def clear_creating_master(self, txid: bytes) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Creation:
+    """A begun creation: the lock to release and what the pages are."""
+
+    txid: bytes
+    lock: CreationLock
+    pages: int
+    frozen: bool
+    resumed: bool  # the master existed already: this attempt completes an earlier one
+
+
+def master_record(
+    store: PagedRecords,
+    tx: Tx,
+    block_height: int,
+    blocks: Sequence[BlockInfo],
+    *,
+    locked: bool,
+    conflicting: bool,
+    frozen: bool,
+    fee: int | None,
+) -> MasterRecord:
+    coinbase = tx.is_coinbase
+    total = count_utxos(tx)
+    mined = bool(blocks)
+    dah = next_dah(
+        current=None, conflicting=conflicting, locked=locked, preserve_until=None, spent=0,
+        utxos=total, mined_on_longest=mined, height=store._height(block_height), retention=store.retention,
+    )
+    return MasterRecord(
+        txid=tx.txid,
+        version=tx.version,
+        locktime=tx.locktime,
+        fee=fee,
+        size_in_bytes=tx.size,
+        is_coinbase=coinbase,
+        spending_height=block_height + COINBASE_MATURITY if coinbase else 0,
+        inpoints=tuple(tx.inpoints()),
+        total_utxos=total,
+        total_extra_recs=page_count(len(tx.outputs), store.batch_size) - 1,
+        blocks=tuple((b.block_id, b.block_height, b.subtree_idx) for b in blocks),
+        unmined_since=None if mined else block_height,
+        locked=locked,
+        conflicting=conflicting,
+        delete_at_height=dah,
+        created_at=int(time.time() * 1000),
+        utxos=page_slots(tx, 0, store.batch_size, frozen)[0],
+    )
+
+
+def meta_of(rec: MasterRecord, tx: Tx, creating: bool) -> TxMeta:
+    return TxMeta(
+        txid=rec.txid, fee=rec.fee, size_in_bytes=rec.size_in_bytes, is_coinbase=rec.is_coinbase,
+        version=rec.version, locktime=rec.locktime, inpoints=list(rec.inpoints), locked=rec.locked,
+        creating=creating, conflicting=rec.conflicting, unmined_since=rec.unmined_since,
+        created_at=rec.created_at, delete_at_height=rec.delete_at_height,
+        spending_height=rec.spending_height, block_ids=[b[0] for b in rec.blocks],
+        block_heights=[b[1] for b in rec.blocks], subtree_idxs=[b[2] for b in rec.blocks],
+        external=True, total_extra_recs=rec.total_extra_recs, total_utxos=rec.total_utxos, tx=tx,
+    )
+
+
+def begin_creation(store: PagedRecords, tx: Tx, rec: MasterRecord, frozen: bool) -> Creation:
+    """Steps 1–3 for the master: lock, blob, master page. Children follow with `write_pages`;
+    then `end_creation`. Raises TxExists when another creator holds the lock or the
+    transaction is complete already; on any other failure the lock is released."""
+    txid = tx.txid
+    pages = rec.total_extra_recs + 1
+    lock = store.acquire_creation_lock(txid, pages)
+    if lock is None:
+        raise TxExists(f"tx {hash_to_hex(txid)} is being created by another worker", txid=txid)
+    park("after_lock")
+    try:
+        state = store.creation_state(txid)
+        if state is not None and not state.creating:
+            raise TxExists(f"tx {hash_to_hex(txid)} already exists", txid=txid)
+        store.external.put_tx(tx)
+        park("after_blob")
+        if state is None or 0 not in state.pages:
+            store.create_master(rec)
+        park("after_page:1")
+    except BaseException:
+        store.release_creation_lock(lock)
+        raise
+    return Creation(txid, lock, pages, frozen if state is None else state.frozen, state is not None)
+
+
+def write_pages(store: PagedRecords, tx: Tx, indexes: Iterable[int], frozen: bool) -> int:
+    """Create these child pages (create-only; an existing one is kept). Any worker may run this
+    for its own group of pages. Returns how many this call created."""
+    made = 0
+    b = store.batch_size
+    for k in indexes:
+        if k <= 0:
+            continue  # the master is written by begin_creation
+        packed, n = page_slots(tx, k, b, frozen)
+        made += store.create_page(Page(tx.txid, k, packed, n))
+        park(f"after_page:{k + 1}")
+    return made
+
+
+def end_creation(store: PagedRecords, creation: Creation) -> bool:
+    """Steps 4–5: release the lock, then clear the flags. True when the transaction is now
+    complete; False when phase 2 failed (recovery finishes it; this is logged, not raised)."""
+    store.release_creation_lock(creation.lock)
+    park("between_phases")
+    return commit(store, creation.txid)
+
+
+def commit(store: PagedRecords, txid: bytes) -> bool:
+    """Phase 2: children first, then the master (which checks that every page exists)."""
+    try:
+        store.clear_creating_children(txid)
+        park("mid_phase2")
+        return store.clear_creating_master(txid)
+    except UtxoError as e:
+        log.warning("tx %s created but its creating flag is not cleared yet: %s", hash_to_hex(txid), e)
+        return False
+
+
+def create_paged(
+    store: PagedRecords,
+    tx: Tx,
+    block_height: int,
+    blocks: Sequence[BlockInfo] = (),
+    *,
+    locked: bool = False,
+    conflicting: bool = False,
+    frozen: bool = False,
+    fee: int | None = None,
+) -> TxMeta:
+    """The whole protocol in this process. A retry of a creation that died part-way completes
+    it and then reports TxExists, as a duplicate create does."""
+    rec = master_record(
+        store, tx, block_height, blocks, locked=locked, conflicting=conflicting, frozen=frozen, fee=fee
+    )
+    creation = begin_creation(store, tx, rec, frozen)
+    try:
+        write_pages(store, tx, range(1, creation.pages), creation.frozen)
+    except BaseException:
+        store.release_creation_lock(creation.lock)
+        raise
+    done = end_creation(store, creation)
+    if creation.resumed:
+        raise TxExists(
+            f"tx {hash_to_hex(tx.txid)} already existed (an earlier creation was completed)", txid=tx.txid
+        )
+    return meta_of(rec, tx, creating=not done)
+
+
+def complete_creation(store: PagedRecords, txid: bytes, block_height: int | None = None) -> bool:
+    """Finish whatever creation of `txid` was left half done: write its missing pages from the
+    blob (the master too, when only the blob was written), then clear the flags. Returns True
+    when the transaction is complete, False when there is nothing to finish it from (no record
+    and no blob). Safe beside a live creator (see the module's invariants)."""
+    state = store.creation_state(txid)
+    if state is not None and not state.creating:
+        return True
+    try:
+        tx = store.external.get_tx(txid)
+    except BlobNotFound:
+        if state is None:
+            return False
+        raise StorageError(f"tx {hash_to_hex(txid)} is half created and its blob is missing") from None
+    if tx is None:
+        raise StorageError(f"tx {hash_to_hex(txid)}: the blob keeps only outputs; it cannot be rebuilt")
+    frozen = False if state is None else state.frozen
+    if state is None:
+        height = store._height(block_height or 0)
+        rec = master_record(
+            store, tx, height, (), locked=False, conflicting=False, frozen=False, fee=tx.fee()
+        )
+        store.create_master(rec)
+        state = store.creation_state(txid)
+        if state is None:
+            raise StorageError(f"tx {hash_to_hex(txid)}: its master record vanished during recovery")
+    write_pages(store, tx, state.missing, frozen)
+    log.info("recovered the creation of tx %s (%d missing pages)", hash_to_hex(txid), len(state.missing))
+    return commit(store, txid)
+
+
+def needs_pages(tx: Tx, batch_size: int) -> bool:
+    return len(tx.outputs) > batch_size
+
+
+def total_pages(tx: Tx, batch_size: int) -> int:
+    return page_count(len(tx.outputs), batch_size)
