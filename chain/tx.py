@@ -13,7 +13,7 @@ Invariants:
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from hashlib import sha256
 
@@ -124,30 +124,34 @@ def serialize(
 ) -> bytes:
     """A transaction's bytes from its parts: standard, or BIP-239 extended (each input followed
     by its previous output; a coinbase input by zero satoshis and an empty script)."""
-    parts = [struct.pack("<I", version)]
+    # One growing buffer, not a list of parts to join: joining costs a buffer record per part,
+    # which for a million-output transaction is hundreds of megabytes on top of the result.
+    buf = bytearray(struct.pack("<I", version))
     if extended:
-        parts.append(EXTENDED_MARKER)
-    parts.append(varint(len(inputs)))
+        buf += EXTENDED_MARKER
+    buf += varint(len(inputs))
     coinbase = len(inputs) == 1 and (inputs[0].prev_txid, inputs[0].prev_vout) == COINBASE_OUTPOINT
     for i in inputs:
-        parts += [
-            i.prev_txid,
-            struct.pack("<I", i.prev_vout),
-            varint(len(i.script_sig)),
-            i.script_sig,
-            struct.pack("<I", i.sequence),
-        ]
+        buf += i.prev_txid
+        buf += struct.pack("<I", i.prev_vout)
+        buf += varint(len(i.script_sig))
+        buf += i.script_sig
+        buf += struct.pack("<I", i.sequence)
         if extended:
             if coinbase:
-                parts += [struct.pack("<Q", 0), b"\x00"]
+                buf += struct.pack("<Q", 0) + b"\x00"
             else:
                 assert i.prev_script is not None and i.prev_satoshis is not None
-                parts += [struct.pack("<Q", i.prev_satoshis), varint(len(i.prev_script)), i.prev_script]
-    parts.append(varint(len(outputs)))
+                buf += struct.pack("<Q", i.prev_satoshis)
+                buf += varint(len(i.prev_script))
+                buf += i.prev_script
+    buf += varint(len(outputs))
     for o in outputs:
-        parts += [struct.pack("<Q", o.satoshis), varint(len(o.script)), o.script]
-    parts.append(struct.pack("<I", locktime))
-    return b"".join(parts)
+        buf += struct.pack("<Q", o.satoshis)
+        buf += varint(len(o.script))
+        buf += o.script
+    buf += struct.pack("<I", locktime)
+    return bytes(buf)
 
 
 def varint(n: int) -> bytes:
@@ -325,6 +329,50 @@ def tx_outputs(raw: bytes) -> list[TxOut]:
     except IndexError:
         raise ParseError("truncated transaction", min(pos, blen)) from None
     return _read_outputs(raw, pos)[0]
+
+
+def outputs_offset(raw: bytes) -> int:
+    """Where the output count of a standard or extended transaction starts: the inputs are
+    walked over, not built."""
+    blen = len(raw)
+    extended = raw[4:10] == EXTENDED_MARKER
+    pos = 10 if extended else 4
+    try:
+        n_in, pos = _varint_at(raw, pos, "input count")
+        for _ in range(n_in):
+            slen, pos = _varint_at(raw, pos + 36, "script length")
+            pos += slen + 4
+            if extended:
+                pslen, pos = _varint_at(raw, pos + 8, "previous script length")
+                pos += pslen
+    except IndexError:
+        raise ParseError("truncated transaction", min(pos, blen)) from None
+    if pos > blen:
+        raise ParseError("truncated transaction", blen)
+    return pos
+
+
+def iter_outputs(raw: bytes) -> Iterator[tuple[int, int, bytes]]:
+    """(vout, satoshis, script) of each output of a standard or extended transaction, one at a
+    time: a reader of a few outputs of a million-output transaction builds only those."""
+    blen = len(raw)
+    pos = outputs_offset(raw)
+    try:
+        n_out, pos = _varint_at(raw, pos, "output count")
+        if n_out * _MIN_OUTPUT > blen - pos:
+            raise ParseError(f"output count {n_out} exceeds the {blen - pos} bytes that remain", pos)
+        for vout in range(n_out):
+            sats, slen = _out_head(raw, pos)
+            pos += 9
+            if slen >= 0xFD:
+                slen, pos = _varint_at(raw, pos - 1, "script length")
+            end = pos + slen
+            if end > blen:
+                raise ParseError(f"truncated: output script of {slen} bytes runs past the end", pos)
+            yield vout, sats, raw[pos:end]
+            pos = end
+    except (IndexError, struct.error):
+        raise ParseError("truncated transaction", min(pos, blen)) from None
 
 
 def _read_extended_tx(buf: bytes, start: int, version: int) -> tuple[Tx, int]:

@@ -1,11 +1,19 @@
-"""Fixtures every test package shares: where the real mainnet data lives."""
+"""Fixtures every test package shares: where the real mainnet data lives, and a real
+S3-compatible server (moto's server mode on 127.0.0.1, one per session) for blob stores."""
 
 from __future__ import annotations
 
 import os
+import socket
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import pytest
+from moto.server import ThreadedMotoServer
+
+BLOB_BACKENDS = ["file", "s3"]
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("UTXOFLOW_DATA", ROOT.parent / "shared" / "data"))
@@ -16,3 +24,30 @@ def data_dir() -> Path:
     if not (DATA / "mainnet-413567.block").exists():
         pytest.fail(f"real mainnet data not found in {DATA} (set UTXOFLOW_DATA to shared/data)")
     return DATA
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+def new_blob_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty blob store of the backend `request.param` names ("file" or "s3")."""
+    if request.param == "file":
+        return f"file://{tmp_path}/blobs"
+    endpoint: str = request.getfixturevalue("s3_endpoint")
+    bucket = f"utxoflow-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    return f"s3://{bucket}/blobs?endpoint_url={endpoint}&region=us-east-1"

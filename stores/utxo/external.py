@@ -22,9 +22,10 @@ from __future__ import annotations
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from chain import Tx, hash_to_hex, parse_tx
+from chain.tx import iter_outputs, serialize
 from stores.blob.protocol import BlobNotFound, BlobStore, blob_key
 from stores.utxo import slots
 from stores.utxo.errors import ProcessingError, StorageError
@@ -49,11 +50,26 @@ def decode_outputs_blob(blob: bytes) -> tuple[bytes, int, bool, dict[int, tuple[
         raise ProcessingError(f"outputs blob of tx {hash_to_hex(txid)} is malformed: {e}") from e
 
 
+def extended_bytes(tx: Tx) -> bytes:
+    """`tx.serialize(extended=True)`, in bounded memory. The outputs and locktime are the same
+    bytes in both formats, so they are taken from `tx.raw` (the standard serialization) as
+    they are; only the head (version, marker, inputs with their previous outputs) is built.
+    Serializing the outputs again would join three parts per output: for a million outputs
+    bytes.join's buffer table alone is 240 MB (an 80-byte Py_buffer per part)."""
+    std_head = serialize(tx.version, tx.inputs, [], tx.locktime)  # ‖ varint(0) ‖ locktime
+    ext_head = serialize(tx.version, tx.inputs, [], tx.locktime, extended=True)
+    return b"".join((memoryview(ext_head)[:-5], memoryview(tx.raw)[len(std_head) - 5 :]))
+
+
 class ExternalTxs:
     """The blob side of external records, with a bounded cache of what was read."""
 
-    def __init__(self, blobs: BlobStore | None, cache_bytes: int = 64 << 20) -> None:
-        self.blobs = blobs
+    def __init__(self, blobs: BlobStore | None, cache_bytes: int = 64 << 20, url: str | None = None) -> None:
+        """`blobs`, or the blob store at `url` opened on first use (so that a reader that never
+        meets an external transaction never touches the blob store)."""
+        self._blobs = blobs
+        self.url = url if blobs is None else blobs.url
+        self.owned = blobs is None and url is not None
         self.cache_bytes = cache_bytes
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._cached = 0
@@ -61,19 +77,37 @@ class ExternalTxs:
         self.hits = 0
         self.misses = 0
 
+    @property
+    def configured(self) -> bool:
+        return self.url is not None
+
+    @property
+    def blobs(self) -> BlobStore:
+        return self._store()
+
     def _store(self) -> BlobStore:
-        if self.blobs is None:
-            raise StorageError(
-                "this transaction must be stored externally, but the UTXO store has no blob store "
-                "(set UTXO_BLOB_URL)"
-            )
-        return self.blobs
+        if self._blobs is None:
+            if self.url is None:
+                raise StorageError(
+                    "this transaction must be stored externally, but the UTXO store has no blob store "
+                    "(set UTXO_BLOB_URL)"
+                )
+            from stores.blob.factory import open_blob_store
+
+            self._blobs = open_blob_store(self.url)
+        return self._blobs
+
+    def close(self) -> None:
+        """Close the blob store if this object opened it."""
+        if self.owned and self._blobs is not None:
+            self._blobs.close()
+            self._blobs = None
 
     # -- writing ---------------------------------------------------------------------------------
     def put_tx(self, tx: Tx) -> str:
         """Write the transaction (extended when it carries every previous output); its key."""
         key = blob_key(tx.txid, "tx")
-        data = tx.serialize(extended=True) if tx.is_extended else tx.raw
+        data = extended_bytes(tx) if tx.is_extended else tx.raw
         self._store().put_if_absent(key, data)
         return key
 
@@ -126,13 +160,28 @@ class ExternalTxs:
             raise StorageError(f"blob {blob_key(txid, 'tx')} holds tx {tx.txid_hex}, not {hash_to_hex(txid)}")
         return tx
 
-    def outputs(self, txid: bytes) -> dict[int, tuple[int, bytes]]:
-        """vout → (satoshis, script) of the outputs the blob keeps."""
+    def outputs(self, txid: bytes, vouts: Collection[int]) -> dict[int, tuple[int, bytes]]:
+        """vout → (satoshis, script) of those of `vouts` the blob keeps; only they are built."""
+        want = set(vouts)
+        top = max(want, default=-1)
+        out: dict[int, tuple[int, bytes]] = {}
+        for v, sats, script in self.walk(txid):
+            if v in want:
+                out[v] = (sats, script)
+            if v >= top:
+                break
+        return out
+
+    def walk(self, txid: bytes) -> Iterator[tuple[int, int, bytes]]:
+        """(vout, satoshis, script) of every output the blob keeps, in vout order, built one at a
+        time; BlobNotFound when there is no blob."""
         try:
             raw = self._read(blob_key(txid, "tx"))
         except BlobNotFound:
-            return decode_outputs_blob(self._read(blob_key(txid, "outputs")))[3]
-        return {v: (o.satoshis, o.script) for v, o in enumerate(parse_tx(raw).outputs)}
+            kept = decode_outputs_blob(self._read(blob_key(txid, "outputs")))[3]
+            yield from ((v, s, sc) for v, (s, sc) in sorted(kept.items()))
+            return
+        yield from iter_outputs(raw)
 
     def exists(self, txid: bytes) -> bool:
         store = self._store()

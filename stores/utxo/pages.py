@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from hashlib import sha256
+from typing import Any
 
 from chain import Tx
 from chain.tx import varint
@@ -54,6 +55,14 @@ class MasterRecord:
     delete_at_height: int | None
     created_at: int
     utxos: bytes  # page 0's slots
+    block_height: int  # the height the creation was asked at (not a column: see `options`)
+
+    def options(self, frozen: bool) -> dict[str, Any]:
+        """How this creation was asked for, as the lock row keeps it for recovery."""
+        return {
+            "block_height": self.block_height, "blocks": [list(b) for b in self.blocks],
+            "locked": self.locked, "conflicting": self.conflicting, "frozen": frozen, "fee": self.fee,
+        }
 
 
 @dataclass(frozen=True, slots=True)

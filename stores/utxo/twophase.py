@@ -16,8 +16,9 @@ Invariants:
 - While the master has `creating`, no output of the transaction can be spent (the store's
   spend checks the master first), so a half-made transaction is never half-spendable.
 - The master's flag is cleared only once every page exists and every child's flag is clear,
-  so "master clear" means "complete"; each page's content is a pure function of the
-  transaction, so whoever writes a missing page writes the same bytes.
+  so "master clear" means "complete"; each page's content is a function of the transaction
+  and of the creation's `frozen` option (which the master's slots show, and the lock row
+  records), so whoever writes a missing page writes the same bytes.
 - Recovery (`complete_creation`) needs no lock: it writes only missing pages, create-only, and
   clears flags in the same order, so it is safe beside a live creator. It runs on a retried
   create, on set-mined, and when a reader asks for it.
@@ -31,7 +32,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from chain import Tx, hash_to_hex
 from stores.blob.protocol import BlobNotFound
@@ -67,7 +68,10 @@ class PagedRecords(Protocol):
     external: ExternalTxs
 
     def _height(self, hint: int = 0) -> int: ...
-    def acquire_creation_lock(self, txid: bytes, expected_recs: int) -> CreationLock | None: ...
+    def acquire_creation_lock(
+        self, txid: bytes, expected_recs: int, options: dict[str, Any] | None = None
+    ) -> CreationLock | None: ...
+    def creation_options(self, txid: bytes) -> dict[str, Any] | None: ...
     def release_creation_lock(self, lock: CreationLock) -> bool: ...
     def creation_state(self, txid: bytes) -> CreationState | None: ...
     def create_master(self, rec: MasterRecord, creating: bool = True) -> bool: ...
@@ -85,6 +89,7 @@ class Creation:
     pages: int
     frozen: bool
     resumed: bool  # the master existed already: this attempt completes an earlier one
+    missing: tuple[int, ...]  # the child pages not written yet when this attempt began
 
 
 def master_record(
@@ -123,6 +128,7 @@ def master_record(
         delete_at_height=dah,
         created_at=int(time.time() * 1000),
         utxos=page_slots(tx, 0, store.batch_size, frozen)[0],
+        block_height=block_height,
     )
 
 
@@ -144,7 +150,7 @@ def begin_creation(store: PagedRecords, tx: Tx, rec: MasterRecord, frozen: bool)
     transaction is complete already; on any other failure the lock is released."""
     txid = tx.txid
     pages = rec.total_extra_recs + 1
-    lock = store.acquire_creation_lock(txid, pages)
+    lock = store.acquire_creation_lock(txid, pages, rec.options(frozen))
     if lock is None:
         raise TxExists(f"tx {hash_to_hex(txid)} is being created by another worker", txid=txid)
     park("after_lock")
@@ -160,7 +166,9 @@ def begin_creation(store: PagedRecords, tx: Tx, rec: MasterRecord, frozen: bool)
     except BaseException:
         store.release_creation_lock(lock)
         raise
-    return Creation(txid, lock, pages, frozen if state is None else state.frozen, state is not None)
+    if state is None:
+        return Creation(txid, lock, pages, frozen, False, tuple(range(1, pages)))
+    return Creation(txid, lock, pages, state.frozen, True, tuple(k for k in state.missing if k))
 
 
 def write_pages(store: PagedRecords, tx: Tx, indexes: Iterable[int], frozen: bool) -> int:
@@ -214,7 +222,7 @@ def create_paged(
     )
     creation = begin_creation(store, tx, rec, frozen)
     try:
-        write_pages(store, tx, range(1, creation.pages), creation.frozen)
+        write_pages(store, tx, creation.missing, creation.frozen)
     except BaseException:
         store.release_creation_lock(creation.lock)
         raise
@@ -244,9 +252,16 @@ def complete_creation(store: PagedRecords, txid: bytes, block_height: int | None
         raise StorageError(f"tx {hash_to_hex(txid)}: the blob keeps only outputs; it cannot be rebuilt")
     frozen = False if state is None else state.frozen
     if state is None:
-        height = store._height(block_height or 0)
+        # Only the blob was written: rebuild the master as its creator asked (the options its
+        # lock row keeps). With no lock row left, the creator's call failed and was reported;
+        # the transaction is then rebuilt as a plain one, as a block that mines it has it.
+        opts = store.creation_options(txid) or {}
+        frozen = bool(opts.get("frozen", False))
         rec = master_record(
-            store, tx, height, (), locked=False, conflicting=False, frozen=False, fee=tx.fee()
+            store, tx, int(opts.get("block_height", block_height or store._height())),
+            [BlockInfo(*b) for b in opts.get("blocks", [])],
+            locked=bool(opts.get("locked", False)), conflicting=bool(opts.get("conflicting", False)),
+            frozen=frozen, fee=opts.get("fee", tx.fee()),
         )
         store.create_master(rec)
         state = store.creation_state(txid)

@@ -11,9 +11,6 @@ from stores.utxo.errors import ProcessingError
 MAX_HEIGHT = (1 << 31) - 1  # heights are 32-bit INTEGER columns on PostgreSQL
 MAX_ID = (1 << 63) - 1
 MAX_VOUT = 0xFFFFFFFF
-# Slots are positional, so a snapshot record is sized by its highest vout (68 bytes each). Until
-# records span pages (two-phase creation), a snapshot record stays under ~70 MB.
-MAX_SNAPSHOT_VOUT = (1 << 20) - 1
 
 
 def _is_int(v: object) -> bool:

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from stores.utxo import UtxoStore, open_utxo_store
+from tests.conftest import BLOB_BACKENDS, new_blob_url
 
 PG_ADMIN = os.environ.get("UTXOFLOW_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 BACKENDS = ["sqlite", "postgresql"]
@@ -48,5 +49,17 @@ def store_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str
 @pytest.fixture
 def store(store_url: str, tmp_path: Path) -> Iterator[UtxoStore]:
     s = open_utxo_store(store_url, retention=288, blob_url=f"file://{tmp_path}/blobs")
+    yield s
+    s.close()
+
+
+PAGE = 4  # outputs per record in the multi-record tests: a 10-output tx spans 3 records
+
+
+@pytest.fixture(params=BLOB_BACKENDS)
+def paged(request: pytest.FixtureRequest, store_url: str, tmp_path: Path) -> Iterator[UtxoStore]:
+    """A store whose records hold PAGE outputs, with its external transactions in a file or
+    S3 blob store (every backend × every blob backend)."""
+    s = open_utxo_store(store_url, retention=288, batch_size=PAGE, blob_url=new_blob_url(request, tmp_path))
     yield s
     s.close()

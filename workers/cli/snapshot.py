@@ -25,7 +25,7 @@ import click
 
 from chain import hash_to_hex, hex_to_hash, is_data_carrier
 from stores.utxo import TxExists, Utxo, UtxoStore
-from stores.utxo.validate import MAX_SNAPSHOT_VOUT
+from stores.utxo.validate import MAX_VOUT
 from workers.cli.app import BadInput, Context, cli, emit
 from workers.cli.progress import Reporter
 from workers.settings import mask_url
@@ -67,7 +67,7 @@ def parse_entry(text: str, default_height: int) -> tuple[bytes, int, int, bytes,
         txid = hex_to_hash(obj["txid"])
     except ValueError as e:
         raise ValueError(f"'txid': {e}") from None
-    vout = _int(obj, "vout", 0, MAX_SNAPSHOT_VOUT)
+    vout = _int(obj, "vout", 0, MAX_VOUT)
     sats_key = "satoshis" if "satoshis" in obj else "value"
     sats = _int(obj, sats_key, 0, MAX_MONEY)
     if "satoshis" in obj and "value" in obj and obj["value"] != sats:

@@ -24,7 +24,7 @@ from chain.tx import varint
 from stores.utxo import slots, twophase, validate
 from stores.utxo.errors import ProcessingError, TxExists, UtxoError
 from stores.utxo.gcpause import gc_paused
-from stores.utxo.pages import MasterRecord
+from stores.utxo.pages import MasterRecord, Page
 from stores.utxo.records import BlockInfo, TxMeta, Utxo
 from stores.utxo.rules import COINBASE_MATURITY, next_dah
 from stores.utxo.sql.pages import PageMixin, master_row
@@ -32,7 +32,7 @@ from stores.utxo.sql.schema import INSERT_TX, TX_COLS
 
 __all__ = ["INSERT_TX", "TX_COLS", "CreateMixin", "ImportMixin", "utxo_slots"]
 
-RAW_NONE, RAW_TX, RAW_OUTPUTS = 0, 1, 2
+RAW_NONE, RAW_TX, RAW_OUTPUTS = 0, 1, 2  # raw_format: none (external), a tx, a snapshot's outputs
 # Per-row values of a created transaction; the columns every row of one call shares are
 # written as literals (`create_statement`), which halves the parameters bound per row.
 CREATE_COLS = (
@@ -368,7 +368,8 @@ class CreateMixin(PageMixin):
         return fees
 
 
-MAX_SNAPSHOT_VOUT = validate.MAX_SNAPSHOT_VOUT
+# A snapshot record: txid, its `INSERT_TX` values without the id, and its child pages.
+Snapshot = tuple[bytes, tuple[Any, ...], list[Page]]
 
 
 class ImportMixin(CreateMixin):
@@ -398,7 +399,7 @@ class ImportMixin(CreateMixin):
         height_now = max(self._height(), height or 0)
         done: list[int] = [0, 0]  # slots written, records written
 
-        def records() -> Iterator[tuple[bytes, tuple[Any, ...]]]:
+        def records() -> Iterator[Snapshot]:
             group: list[Utxo] = []
             for u in utxos:
                 if group and u.txid != group[0].txid:
@@ -409,7 +410,7 @@ class ImportMixin(CreateMixin):
                 yield self._snapshot_row(group, block_id, now, height_now, done)
 
         def unit(cur: Any) -> int:
-            pending: list[tuple[bytes, tuple[Any, ...]]] = []
+            pending: list[Snapshot] = []
             for rec in records():
                 pending.append(rec)
                 if len(pending) >= 2000:
@@ -429,7 +430,7 @@ class ImportMixin(CreateMixin):
             self.block_height = max(self.block_height, height)
         return written
 
-    def _insert_snapshot(self, cur: Any, recs: list[tuple[bytes, tuple[Any, ...]]]) -> None:
+    def _insert_snapshot(self, cur: Any, recs: list[Snapshot]) -> None:
         if not recs:
             return
         txids = [r[0] for r in recs]
@@ -443,10 +444,23 @@ class ImportMixin(CreateMixin):
                 raise TxExists(f"snapshot tx {hash_to_hex(t)} already exists", txid=t)
         ids = self._reserve_ids(cur, len(recs))
         cur.executemany(self._q(INSERT_TX), [(i, *r[1]) for i, r in zip(ids, recs)])
+        pages = [pg for r in recs for pg in r[2]]
+        if pages:
+            cur.executemany(
+                self._q(
+                    "INSERT INTO tx_pages (txid, page, creating, total_utxos, spent_utxos, utxos) "
+                    "VALUES (?, ?, 0, ?, 0, ?)"
+                ),
+                [(pg.txid, pg.index, pg.n_utxos, pg.utxos) for pg in pages],
+            )
 
     def _snapshot_row(
         self, us: list[Utxo], block_id: int, now: int, height: int, done: list[int]
-    ) -> tuple[bytes, tuple[Any, ...]]:
+    ) -> Snapshot:
+        """One snapshot record: its `INSERT_TX` values (without the id) and its child pages. A
+        record whose outputs reach past the batch size gets pages — only those that hold listed
+        outputs; a missing page simply has no UTXO — and outputs too large for a record go to
+        the blob store as `.outputs`."""
         txid = us[0].txid
         h, coinbase = us[0].height or 0, us[0].coinbase
         hashes: dict[int, bytes | None] = {}
@@ -459,10 +473,10 @@ class ImportMixin(CreateMixin):
                 raise ProcessingError(
                     f"snapshot entries of tx {hash_to_hex(txid)} disagree on height or coinbase", txid=txid
                 )
-            if type(u.vout) is not int or not 0 <= u.vout <= MAX_SNAPSHOT_VOUT:
+            if type(u.vout) is not int or not 0 <= u.vout <= validate.MAX_VOUT:
                 raise ProcessingError(
                     f"snapshot output {hash_to_hex(txid)}:{u.vout}: vout out of range "
-                    f"(0…{MAX_SNAPSHOT_VOUT})", txid=txid,
+                    f"(0…{validate.MAX_VOUT})", txid=txid,
                 )
             if u.vout in hashes:
                 raise ProcessingError(f"snapshot lists output {hash_to_hex(txid)}:{u.vout} twice", txid=txid)
@@ -477,14 +491,31 @@ class ImportMixin(CreateMixin):
             current=None, conflicting=False, locked=False, preserve_until=None, spent=0,
             utxos=n, mined_on_longest=True, height=height, retention=self.retention,
         )
-        packed = slots.pack(hashes.get(v) for v in range(max(hashes) + 1))
-        outputs = slots.encode_outputs(sorted((u.vout, u.satoshis, u.script) for u in us))
+        size, top = self.batch_size, max(hashes)
+        packed = slots.pack(hashes.get(v) for v in range(min(top + 1, size)))
+        by_page: dict[int, list[int]] = {}
+        for v in hashes:
+            if v >= size:
+                by_page.setdefault(v // size, []).append(v)
+        pages = []
+        for k, vs in sorted(by_page.items()):
+            first, last = k * size, max(vs)
+            pages.append(Page(
+                txid, k, slots.pack(hashes.get(v) for v in range(first, last + 1)),
+                sum(hashes[v] is not None for v in vs),
+            ))
+        items = sorted((u.vout, u.satoshis, u.script) for u in us)
+        outputs: bytes | None = slots.encode_outputs(items)
+        raw_format, external = RAW_OUTPUTS, 0
+        if self.externalize_all or len(outputs) > self.max_tx_size_in_store:  # type: ignore[arg-type]
+            self.external.put_outputs(txid, h, coinbase, items)
+            outputs, raw_format, external = None, RAW_NONE, 1
         return txid, (
             txid, 0, 0, None, 0, int(coinbase), h + COINBASE_MATURITY if coinbase else 0,
-            0, 0, 0, None, now, None, dah, 0, 0, n, 0,
+            0, 0, 0, None, now, None, dah, external, top // size, n, 0,
             json.dumps([[block_id, h, 0]], separators=(",", ":")), b"", "[]", "{}", b"",
-            packed, RAW_OUTPUTS, outputs,
-        )
+            packed, raw_format, outputs,
+        ), pages
 
     def is_empty(self) -> bool:
         """True when the store holds no record at all."""

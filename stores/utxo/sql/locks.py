@@ -16,6 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -51,8 +52,12 @@ class LockMixin(SqlBase):
         """Seconds a creation lock for this many records lives."""
         return min(self.lock_base_ttl + self.lock_per_record_ttl * records, self.lock_max_ttl)
 
-    def acquire_creation_lock(self, txid: bytes, expected_recs: int) -> CreationLock | None:
-        """Take the lock for creating `txid`; None when someone else holds a live one."""
+    def acquire_creation_lock(
+        self, txid: bytes, expected_recs: int, options: dict[str, Any] | None = None
+    ) -> CreationLock | None:
+        """Take the lock for creating `txid`; None when someone else holds a live one.
+        `options` (JSON) records how the creator was asked to create the transaction, so that
+        a recovery that finds only its blob rebuilds exactly that (`creation_options`)."""
         validate.hash32("txid", txid)
         validate.number("expected_recs", expected_recs)
         now = int(time.time() * 1000)
@@ -78,10 +83,10 @@ class LockMixin(SqlBase):
             cur.execute(
                 self._q(
                     "INSERT INTO tx_locks (txid, lock_type, created_at, expires_at, process_id, hostname, "
-                    "expected_recs) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (txid) DO NOTHING"
+                    "expected_recs, options) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (txid) DO NOTHING"
                 ),
                 (txid, LOCK_TYPE, lock.created_at, lock.expires_at, lock.process_id, lock.hostname,
-                 expected_recs),
+                 expected_recs, json.dumps(options or {}, separators=(",", ":"))),
             )
             return bool(cur.rowcount == 1)
 
@@ -101,6 +106,18 @@ class LockMixin(SqlBase):
             return bool(cur.rowcount == 1)
 
         return self._run_write("release_creation_lock", unit)
+
+    def creation_options(self, txid: bytes) -> dict[str, Any] | None:
+        """The options of the last creator that locked `txid`, live or lapsed (a dead creator's
+        lock row stays until someone takes the lock over); None when there is no lock row."""
+        validate.hash32("txid", txid)
+
+        def q(cur: Any) -> Any:
+            cur.execute(self._q("SELECT options FROM tx_locks WHERE txid = ?"), (txid,))
+            return cur.fetchone()
+
+        r = self._run_read("creation_options", q)
+        return None if r is None else dict(json.loads(r[0]))
 
     def get_creation_lock(self, txid: bytes) -> CreationLock | None:
         """The live lock on `txid`, for inspection; an expired one counts as none."""

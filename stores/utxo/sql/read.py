@@ -39,6 +39,25 @@ from stores.utxo.sql.spend import PARENT_COLS, Parent
 FIELDS = frozenset(TxMeta._fields)
 _MINED = "t.unmined_since IS NULL AND t.blocks <> '[]' AND t.conflicting = 0"
 _VIEW_CHUNK = 1000
+_VIEW_BYTES = 4 << 20
+
+
+class OutputCursor:
+    """Outputs of one transaction, read in increasing vout order from a stream of them."""
+
+    __slots__ = ("_at", "_it")
+
+    def __init__(self, it: Iterator[tuple[int, int, bytes]]) -> None:
+        self._it = it
+        self._at: tuple[int, int, bytes] | None = None
+
+    def get(self, vout: int, default: tuple[int, bytes]) -> tuple[int, bytes]:
+        at = self._at
+        while at is None or at[0] < vout:
+            at = self._at = next(self._it, None)
+            if at is None:
+                return default
+        return (at[1], at[2]) if at[0] == vout else default
 SLOT = slots.SLOT
 NO_HASH, UNSPENT, FROZEN = slots.NO_HASH, slots.UNSPENT, slots.FROZEN
 
@@ -113,12 +132,20 @@ class ReadMixin(PageMixin):
                 f"tx {hash_to_hex(txid)} is stored externally but its blob is missing"
             ) from None
 
+    def _walk_external(self, txid: bytes) -> Iterator[tuple[int, int, bytes]]:
+        try:
+            yield from self.external.walk(txid)
+        except BlobNotFound:
+            raise StorageError(
+                f"tx {hash_to_hex(txid)} is stored externally but its blob is missing"
+            ) from None
+
     def _outputs_of(
-        self, txid: bytes, raw_format: int, raw: bytes | None, external: bool
+        self, txid: bytes, raw_format: int, raw: bytes | None, external: bool, vouts: list[int]
     ) -> dict[int, tuple[int, bytes]]:
         if external:
             try:
-                return self.external.outputs(txid)
+                return self.external.outputs(txid, vouts)
             except BlobNotFound:
                 raise StorageError(
                     f"tx {hash_to_hex(txid)} is stored externally but its blob is missing"
@@ -161,7 +188,7 @@ class ReadMixin(PageMixin):
                 if h is None:
                     continue
                 if outputs is None:
-                    outputs = self._outputs_of(txid, r[3], r[4], bool(r[5]))
+                    outputs = self._outputs_of(txid, r[3], r[4], bool(r[5]), wanted[txid])
                 sats, script = outputs.get(vout, (0, b""))
                 out[(txid, vout)] = OutputInfo(
                     txid, vout, h, sats, script, sp_txid, sp_vin, frozen, spendable.get(str(vout))
@@ -224,21 +251,27 @@ class ReadMixin(PageMixin):
         )
         # Segments: (record row, vout of its first slot, slots) — a record's master, then each
         # of its child pages, read one at a time.
+        # A chunk is emitted at _VIEW_CHUNK segments or _VIEW_BYTES of slots, whichever first,
+        # so a record of a million outputs goes by a page or so at a time.
         batch: list[tuple[Any, int, bytes]] = []
-        memo: dict[bytes, dict[int, tuple[int, bytes]]] = {}
+        held = 0
+        memo: dict[bytes, OutputCursor] = {}
         size = self.batch_size
-        try:
+
+        def segments() -> Iterator[tuple[Any, int, bytes]]:
             for r in self._stream(self._q(sql), ()):
-                batch.append((r, 0, bytes(r[1])))
+                yield r, 0, bytes(r[1])
                 if r[7]:
                     for k, page in self._page_slots(bytes(r[0])):
-                        batch.append((r, k * size, page))
-                        if len(batch) >= _VIEW_CHUNK:
-                            yield from self._emit(batch, confirmed, script, memo)
-                            batch = []
-                if len(batch) >= _VIEW_CHUNK:
+                        yield r, k * size, page
+
+        try:
+            for seg in segments():
+                batch.append(seg)
+                held += len(seg[2])
+                if len(batch) >= _VIEW_CHUNK or held >= _VIEW_BYTES:
                     yield from self._emit(batch, confirmed, script, memo)
-                    batch = []
+                    batch, held = [], 0
             yield from self._emit(batch, confirmed, script, memo)
         except self._db_errors() as e:
             raise StorageError(f"listing UTXOs failed in {self.url_safe}: {e}") from e
@@ -248,7 +281,7 @@ class ReadMixin(PageMixin):
         segments: list[tuple[Any, int, bytes]],
         confirmed: bool,
         script: bytes | None,
-        memo: dict[bytes, dict[int, tuple[int, bytes]]],
+        memo: dict[bytes, OutputCursor],
     ) -> Iterator[Utxo]:
         """The live UTXOs of a chunk of records. A slot is live when it has a hash and either no
         spending data, frozen (frozen is not spent), or — in the confirmed view — a spender that
@@ -277,11 +310,13 @@ class ReadMixin(PageMixin):
                 live = sorted(live + [v for v, sp in pending if sp in unconfirmed])
             if not live:
                 continue
-            if r[6]:  # external: the blob's outputs, kept while this record's pages go by
-                outputs = memo.get(bytes(r[0]))
-                if outputs is None:
+            outputs: OutputCursor | dict[int, tuple[int, bytes]]
+            if r[6]:  # external: walk the blob's outputs, once, while this record's pages go by
+                cur = memo.get(bytes(r[0]))
+                if cur is None:
                     memo.clear()
-                    outputs = memo[bytes(r[0])] = self._outputs_of(bytes(r[0]), r[2], r[3], True)
+                    cur = memo[bytes(r[0])] = OutputCursor(self._walk_external(bytes(r[0])))
+                outputs = cur
             else:
                 outputs = record_outputs(r[2], r[3])
             blocks = r[4]

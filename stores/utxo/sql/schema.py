@@ -84,7 +84,8 @@ CREATE TABLE IF NOT EXISTS tx_locks (
     expires_at BIGINT NOT NULL,
     process_id INTEGER NOT NULL,
     hostname TEXT NOT NULL,
-    expected_recs INTEGER NOT NULL
+    expected_recs INTEGER NOT NULL,
+    options TEXT NOT NULL
 )
 """
 

@@ -161,7 +161,7 @@ class StateMixin(PageMixin):
 
         found, creating = self._run_read("set_mined", q)
         todo = creating
-        if self.external.blobs is not None:
+        if self.external.configured:
             todo = creating + [t for t in txids if t not in found]
         for t in todo:
             self.complete_creation(t, block_height)

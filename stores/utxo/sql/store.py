@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from stores.blob.factory import open_blob_store
 from stores.blob.protocol import BlobStore
 from stores.utxo.external import ExternalTxs
 from stores.utxo.sql.create import ImportMixin
@@ -44,10 +43,7 @@ class SqlUtxoStore(ImportMixin, SpendMixin, StateMixin, ReadMixin, LockMixin):
         self.batch_size = batch_size
         self.max_tx_size_in_store = max_tx_size_in_store
         self.externalize_all = externalize_all
-        self._own_blobs = blobs is None and blob_url is not None
-        if blobs is None and blob_url is not None:
-            blobs = open_blob_store(blob_url)
-        self.external = ExternalTxs(blobs, external_cache_bytes)
+        self.external = ExternalTxs(blobs, external_cache_bytes, blob_url)
         self.lock_base_ttl = lock_base_ttl
         self.lock_per_record_ttl = lock_per_record_ttl
         self.lock_max_ttl = lock_max_ttl
@@ -55,5 +51,4 @@ class SqlUtxoStore(ImportMixin, SpendMixin, StateMixin, ReadMixin, LockMixin):
         self.block_height = 0
 
     def close_blobs(self) -> None:
-        if self._own_blobs and self.external.blobs is not None:
-            self.external.blobs.close()
+        self.external.close()

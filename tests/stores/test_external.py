@@ -1,0 +1,129 @@
+"""Conformance: external transactions of one record — raw bytes in the blob store, metadata and
+slots in the record (seed 003 "External Blob Storage"), on every store backend."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import boto3
+import pytest
+
+from chain import parse_tx
+from chain.build import build_tx, spend_input
+from stores.blob.protocol import blob_key
+from stores.utxo import BlockInfo, SpendStatus, StorageError, TxNotFound, UtxoStore, open_utxo_store
+from tests.stores.helpers import child, created, funding, script, uhash
+
+
+def test_a_tx_over_the_size_limit_is_external_and_reads_back_whole(store_url: str, tmp_path: Path) -> None:
+    store = open_utxo_store(store_url, blob_url=f"file://{tmp_path}/blobs", max_tx_size_in_store=300)
+    small, big = funding(1), funding(12)  # about 85 and 440 bytes
+    metas = store.create_many([small, big], 100, [BlockInfo(1, 100)])
+    assert [m.external for m in metas] == [False, True]  # type: ignore[union-attr]
+    got = store.get(big.txid)
+    assert got.external and got.total_extra_recs == 0 and got.size_in_bytes == big.size
+    assert got.tx is not None and got.tx.txid == big.txid and got.tx.outputs == big.outputs
+    assert store.get(small.txid).tx == store.get(small.txid, ["tx"]).tx  # in-record txs unchanged
+    o = store.get_output((big.txid, 11))
+    assert o is not None and (o.satoshis, o.script) == (big.outputs[11].satoshis, big.outputs[11].script)
+    listed = {(u.txid, u.vout): u for u in store.iter_utxos(confirmed=True)}
+    assert all(listed[(big.txid, v)].script == big.outputs[v].script for v in range(12))
+    spender = child((big, 3), (big, 11))
+    store.spend(spender, 101)
+    assert store.get_spend((big.txid, 11), uhash(big, 11)).status is SpendStatus.SPENT
+    store.close()
+
+
+def test_externalize_all_stores_every_tx_extended_when_its_parents_are_known(
+    store_url: str, tmp_path: Path
+) -> None:
+    store = open_utxo_store(store_url, blob_url=f"file://{tmp_path}/blobs", externalize_all=True)
+    parent = funding(2)
+    created(store, parent, height=100, mined=True)
+    # Standard format: the store looks the previous outputs up (one in the store, one in the batch).
+    a = build_tx([spend_input(parent, 0)], [(40_000, script())])
+    b = build_tx([spend_input(parent, 1), spend_input(a, 0)], [(80_000, script())])
+    a_std, b_std = parse_tx(a.raw), parse_tx(b.raw)
+    assert not b_std.is_extended
+    metas = store.create_many([a_std, b_std], 101)
+    assert all(not isinstance(m, Exception) and m.external for m in metas)
+    blob = store.external.blobs.get(blob_key(b.txid, "tx"))  # type: ignore[attr-defined]
+    stored = parse_tx(blob)
+    assert stored.is_extended and stored.txid == b.txid
+    assert [(i.prev_satoshis, i.prev_script) for i in stored.inputs] == [
+        (parent.outputs[1].satoshis, parent.outputs[1].script), (a.outputs[0].satoshis, a.outputs[0].script)
+    ]
+    store.spend_many([a_std, b_std], 101)
+    assert store.set_mined_multi([a.txid, b.txid], 2, 101) == [[2], [2]]
+    assert store.get(b.txid).fee == parent.outputs[1].satoshis + 40_000 - 80_000
+    store.close()
+
+
+def test_a_failing_blob_store_fails_that_tx_and_writes_no_record(
+    store_url: str, s3_endpoint: str
+) -> None:
+    bucket = f"missing-{uuid.uuid4().hex[:8]}"  # never created: every put fails
+    url = f"s3://{bucket}/x?endpoint_url={s3_endpoint}&region=us-east-1"
+    store = open_utxo_store(store_url, blob_url=url, max_tx_size_in_store=300)
+    small, big = funding(1), funding(12)
+    r_small, r_big = store.create_many([small, big], 100)
+    assert not isinstance(r_small, Exception)
+    assert isinstance(r_big, StorageError) and blob_key(big.txid, "tx") in str(r_big)
+    with pytest.raises(TxNotFound):
+        store.get(big.txid)
+    # Once the blob store answers again, the same create goes through.
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    assert store.create(big, 100).external
+    store.close()
+
+
+def test_without_a_blob_store_an_external_tx_is_refused_clearly(store_url: str) -> None:
+    store = open_utxo_store(store_url, max_tx_size_in_store=300)
+    (r,) = store.create_many([funding(12)], 100)
+    assert isinstance(r, StorageError) and "UTXO_BLOB_URL" in str(r)
+    store.close()
+
+
+def test_a_missing_blob_is_a_storage_error_naming_the_tx(store_url: str, tmp_path: Path) -> None:
+    store = open_utxo_store(store_url, blob_url=f"file://{tmp_path}/blobs", externalize_all=True)
+    tx = funding(2)
+    created(store, tx, height=100)
+    store.external.blobs.delete(blob_key(tx.txid, "tx"))  # type: ignore[attr-defined]
+    with pytest.raises(StorageError, match=tx.txid_hex):
+        store.get(tx.txid)
+    assert store.get(tx.txid, ["fee", "external"]).external  # the record itself still reads
+    store.close()
+
+
+def test_external_txs_read_often_are_cached_within_a_bound(store_url: str, tmp_path: Path) -> None:
+    store = open_utxo_store(
+        store_url, blob_url=f"file://{tmp_path}/blobs", externalize_all=True, external_cache_bytes=1000
+    )
+    txs = [funding(2) for _ in range(8)]  # about 120 bytes each: the cache holds a few
+    created(store, *txs, height=100)
+    ext = store.external  # type: ignore[attr-defined]
+    store.get(txs[0].txid)
+    store.get(txs[0].txid)
+    assert (ext.hits, ext.misses) == (1, 1)
+    for t in txs:
+        store.get(t.txid)
+    assert ext._cached <= 1000 and len(ext._cache) < len(txs)
+    store.close()
+
+
+def test_the_real_megatx_goes_external_and_comes_back(
+    store: UtxoStore, data_dir: Path, tmp_path: Path
+) -> None:
+    raw = (data_dir / "mainnet-megatx-bb41a757.tx").read_bytes()
+    tx = parse_tx(raw)
+    assert len(tx.inputs) == 5569 and tx.size == 999_657
+    url = store.url
+    store.close()
+    ext = open_utxo_store(url, blob_url=f"file://{tmp_path}/blobs2", max_tx_size_in_store=500_000)
+    meta = ext.create(tx, 420_000)
+    assert meta.external and meta.fee is None  # its parents are not in the store
+    got = ext.get(tx.txid)
+    assert got.tx is not None and got.tx.raw == raw and got.size_in_bytes == 999_657
+    assert len(got.inpoints) == 5569
+    ext.close()
