@@ -89,8 +89,7 @@ class ExternalTxs:
         if self._blobs is None:
             if self.url is None:
                 raise StorageError(
-                    "this transaction must be stored externally, but the UTXO store has no blob store "
-                    "(set UTXO_BLOB_URL)"
+                    "the UTXO store has no blob store, which external transactions need (set UTXO_BLOB_URL)"
                 )
             from stores.blob.factory import open_blob_store
 

@@ -17,8 +17,8 @@ Invariants:
   spend checks the master first), so a half-made transaction is never half-spendable.
 - The master's flag is cleared only once every page exists and every child's flag is clear,
   so "master clear" means "complete"; each page's content is a function of the transaction
-  and of the creation's `frozen` option (which the master's slots show, and the lock row
-  records), so whoever writes a missing page writes the same bytes.
+  and of the creation's `frozen` option (kept beside a creating master, and in the lock row
+  before the master exists), so whoever writes a missing page writes the same bytes.
 - Recovery (`complete_creation`) needs no lock: it writes only missing pages, create-only, and
   clears flags in the same order, so it is safe beside a live creator. It runs on a retried
   create, on set-mined, and when a reader asks for it.
@@ -74,7 +74,9 @@ class PagedRecords(Protocol):
     def creation_options(self, txid: bytes) -> dict[str, Any] | None: ...
     def release_creation_lock(self, lock: CreationLock) -> bool: ...
     def creation_state(self, txid: bytes) -> CreationState | None: ...
-    def create_master(self, rec: MasterRecord, creating: bool = True) -> bool: ...
+    def create_master(
+        self, rec: MasterRecord, creating: bool = True, options: dict[str, Any] | None = None
+    ) -> bool: ...
     def create_page(self, page: Page) -> bool: ...
     def clear_creating_children(self, txid: bytes) -> int: ...
     def clear_creating_master(self, txid: bytes) -> bool: ...
@@ -161,14 +163,21 @@ def begin_creation(store: PagedRecords, tx: Tx, rec: MasterRecord, frozen: bool)
         store.external.put_tx(tx)
         park("after_blob")
         if state is None or 0 not in state.pages:
-            store.create_master(rec)
+            store.create_master(rec, options=rec.options(frozen))
         park("after_page:1")
     except BaseException:
-        store.release_creation_lock(lock)
+        _release_quietly(store, lock)
         raise
     if state is None:
         return Creation(txid, lock, pages, frozen, False, tuple(range(1, pages)))
     return Creation(txid, lock, pages, state.frozen, True, tuple(k for k in state.missing if k))
+
+
+def _release_quietly(store: PagedRecords, lock: CreationLock) -> None:
+    try:
+        store.release_creation_lock(lock)
+    except UtxoError as e:  # it lapses by itself; the caller's own error matters more
+        log.warning("could not release the creation lock of tx %s: %s", hash_to_hex(lock.txid), e)
 
 
 def write_pages(store: PagedRecords, tx: Tx, indexes: Iterable[int], frozen: bool) -> int:
@@ -224,7 +233,7 @@ def create_paged(
     try:
         write_pages(store, tx, creation.missing, creation.frozen)
     except BaseException:
-        store.release_creation_lock(creation.lock)
+        _release_quietly(store, creation.lock)  # the page's error is the one to report
         raise
     done = end_creation(store, creation)
     if creation.resumed:
@@ -237,8 +246,9 @@ def create_paged(
 def complete_creation(store: PagedRecords, txid: bytes, block_height: int | None = None) -> bool:
     """Finish whatever creation of `txid` was left half done: write its missing pages from the
     blob (the master too, when only the blob was written), then clear the flags. Returns True
-    when the transaction is complete, False when there is nothing to finish it from (no record
-    and no blob). Safe beside a live creator (see the module's invariants)."""
+    when the transaction is complete; False when there is nothing to finish it from (no record
+    and no transaction blob) or phase 2 failed again (logged). Safe beside a live creator (see
+    the module's invariants)."""
     state = store.creation_state(txid)
     if state is not None and not state.creating:
         return True
@@ -249,6 +259,8 @@ def complete_creation(store: PagedRecords, txid: bytes, block_height: int | None
             return False
         raise StorageError(f"tx {hash_to_hex(txid)} is half created and its blob is missing") from None
     if tx is None:
+        if state is None:
+            return False  # an outputs-only blob (a snapshot's): no transaction to rebuild from
         raise StorageError(f"tx {hash_to_hex(txid)}: the blob keeps only outputs; it cannot be rebuilt")
     frozen = False if state is None else state.frozen
     if state is None:
@@ -263,7 +275,7 @@ def complete_creation(store: PagedRecords, txid: bytes, block_height: int | None
             locked=bool(opts.get("locked", False)), conflicting=bool(opts.get("conflicting", False)),
             frozen=frozen, fee=opts.get("fee", tx.fee()),
         )
-        store.create_master(rec)
+        store.create_master(rec, options=rec.options(frozen))
         state = store.creation_state(txid)
         if state is None:
             raise StorageError(f"tx {hash_to_hex(txid)}: its master record vanished during recovery")

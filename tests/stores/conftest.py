@@ -41,7 +41,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str
         return f"sqlite:///{tmp_path}/utxo.db"
     url: str = request.getfixturevalue("pg_url")
     with psycopg.connect(url, autocommit=True) as conn:
-        for table in ("txs", "tx_pages", "meta", "tx_locks"):
+        for table in ("txs", "tx_pages", "tx_creations", "meta", "tx_locks"):
             conn.execute(f"DROP TABLE IF EXISTS {table}")
     return url
 

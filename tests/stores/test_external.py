@@ -127,3 +127,64 @@ def test_the_real_megatx_goes_external_and_comes_back(
     assert got.tx is not None and got.tx.raw == raw and got.size_in_bytes == 999_657
     assert len(got.inpoints) == 5569
     ext.close()
+
+
+def test_an_unreadable_parent_blob_leaves_a_fee_unknown_not_a_block_unstored(
+    store_url: str, tmp_path: Path
+) -> None:
+    store = open_utxo_store(store_url, blob_url=f"file://{tmp_path}/blobs", max_tx_size_in_store=300)
+    parent = funding(12)
+    created(store, parent, height=100, mined=True)
+    store.external.blobs.delete(blob_key(parent.txid, "tx"))  # type: ignore[attr-defined]
+    unrelated = funding(1)
+    kid = parse_tx(child((parent, 0)).raw)  # standard format: its fee needs the parent's output
+    r_unrelated, r_kid = store.create_many([unrelated, kid], 101)
+    assert not isinstance(r_unrelated, Exception) and not isinstance(r_kid, Exception)
+    assert r_kid.fee is None and store.get(kid.txid).fee is None
+    store.close()
+
+
+def test_a_record_pruned_while_a_listing_runs_is_skipped(store_url: str, tmp_path: Path) -> None:
+    store = open_utxo_store(store_url, blob_url=f"file://{tmp_path}/blobs", max_tx_size_in_store=300)
+    store.set_block_height(100)
+    fillers = [funding(1) for _ in range(1100)]  # more than one chunk of the listing
+    created(store, *fillers, height=100, mined=True)
+    x = funding(12)  # external
+    created(store, x, height=100, mined=True)
+    spender = child(*[(x, v) for v in range(12)])
+    created(store, spender, height=101)
+    store.spend(spender, 101)  # unmined spender: x's outputs still count as confirmed unspent
+    dah = store.get(x.txid, ["delete_at_height"]).delete_at_height
+    assert dah is not None
+    listing = store.iter_utxos(confirmed=True)
+    first = next(listing)
+    assert store.delete_expired([x.txid], dah) == 1
+    rest = list(listing)
+    assert first.txid != x.txid and all(u.txid != x.txid for u in rest)
+    assert len(rest) + 1 == 1100
+    store.close()
+
+
+def test_pruning_removes_the_record_even_when_its_blob_cannot_be_deleted(
+    store_url: str, s3_endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    bucket = f"prune-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    url = f"s3://{bucket}/x?endpoint_url={s3_endpoint}&region=us-east-1"
+    store = open_utxo_store(store_url, blob_url=url, externalize_all=True)
+    store.set_block_height(100)
+    tx = funding(1)
+    created(store, tx, height=100, mined=True)
+    store.spend(child((tx, 0)), 101)
+    dah = store.get(tx.txid, ["delete_at_height"]).delete_at_height
+    assert dah is not None
+    for obj in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
+        s3.delete_object(Bucket=bucket, Key=obj["Key"])
+    s3.delete_bucket(Bucket=bucket)  # the blob store now fails every call
+    with caplog.at_level("WARNING", logger="utxoflow.store"):
+        assert store.delete_expired([tx.txid], dah) == 1
+    assert "its blob stays" in caplog.text
+    with pytest.raises(TxNotFound):
+        store.get(tx.txid)
+    store.close()

@@ -177,8 +177,12 @@ def test_set_mined_finishes_the_commit(paged: UtxoStore) -> None:
 
 def test_set_mined_rebuilds_a_tx_only_its_blob_holds(paged: UtxoStore) -> None:
     tx = big_tx(paged)
-    paged.external.put_tx(tx)  # type: ignore[attr-defined]  # a creator died right after step 2
-    assert paged.set_mined_multi([tx.txid], 3, 100) == [[3]]
+    # A creator that died right after step 2 leaves its lock row and the blob, nothing else.
+    assert paged.acquire_creation_lock(tx.txid, 3, {"block_height": 100}) is not None
+    paged.external.put_tx(tx)  # type: ignore[attr-defined]
+    other = big_tx(paged)
+    paged.external.put_tx(other)  # type: ignore[attr-defined]  # a blob without a lock row: left alone
+    assert paged.set_mined_multi([tx.txid, other.txid], 3, 100)[0] == [3]
     assert paged.get(tx.txid).total_extra_recs == 2
     spend_all(paged, tx)
 
@@ -344,3 +348,50 @@ def test_a_failed_phase_two_still_reports_success_and_recovery_finishes(
     assert store.complete_creation(tx.txid)  # type: ignore[attr-defined]
     spend_all(store, tx)
     store.close()
+
+
+def test_recovery_keeps_frozen_when_page_zero_holds_only_data_carriers(paged: UtxoStore) -> None:
+    fund = funding(1, value=10**8)
+    created(paged, fund, height=50, mined=True)
+    outs = [(0, b"\x6a\x01" + bytes([v])) if v < PAGE else (1000 + v, script()) for v in range(N_OUT)]
+    tx = build_tx([spend_input(fund, 0)], outs)
+    rec = twophase.master_record(
+        paged, tx, 100, (), locked=False, conflicting=False, frozen=True, fee=None  # type: ignore[arg-type]
+    )
+    creation = twophase.begin_creation(paged, tx, rec, frozen=True)  # type: ignore[arg-type]
+    paged.release_creation_lock(creation.lock)  # the creator stops here: no child page yet
+    with pytest.raises(SpendRejected) as e:
+        paged.spend(child((tx, 4)), 101)
+    assert isinstance(e.value.first, TxCreating)
+    (err,) = paged.freeze([((tx.txid, 4), uhash(tx, 4))])
+    assert isinstance(err, TxCreating)
+    assert paged.complete_creation(tx.txid)  # type: ignore[attr-defined]
+    for v in (4, 9):  # on the child pages recovery wrote: frozen, as the creation asked
+        assert paged.get_spend((tx.txid, v), uhash(tx, v)).status is SpendStatus.FROZEN
+
+
+def test_an_unfinished_creation_is_not_in_the_views(paged: UtxoStore) -> None:
+    tx = big_tx(paged)
+    rec = twophase.master_record(
+        paged, tx, 100, [BlockInfo(1, 100)], locked=False, conflicting=False, frozen=False,  # type: ignore[arg-type]
+        fee=None,
+    )
+    creation = twophase.begin_creation(paged, tx, rec, frozen=False)  # type: ignore[arg-type]
+    paged.release_creation_lock(creation.lock)
+    for confirmed in (True, False):
+        assert [u for u in paged.iter_utxos(confirmed=confirmed) if u.txid == tx.txid] == []
+    assert paged.complete_creation(tx.txid)  # type: ignore[attr-defined]
+    assert [u.vout for u in paged.iter_utxos() if u.txid == tx.txid] == real_vouts(tx)
+
+
+def test_set_mined_mines_the_rest_when_one_creation_cannot_be_finished(paged: UtxoStore) -> None:
+    ok, stuck = funding(2), big_tx(paged)
+    created(paged, ok, height=100)
+    half_created(paged, stuck, [1])
+    paged.external.blobs.delete(blob_key(stuck.txid, "tx"))  # type: ignore[attr-defined]
+    res = paged.set_mined_multi([ok.txid, stuck.txid], 4, 100)
+    assert res == [[4], [4]]  # both mined; the stuck one stays unspendable until it can finish
+    assert paged.get(stuck.txid, ["creating"]).creating and not paged.get(ok.txid).unmined_since
+    with pytest.raises(SpendRejected) as e:
+        paged.spend(child((stuck, 0)), 101)
+    assert isinstance(e.value.first, TxCreating)

@@ -43,7 +43,7 @@ def mask_url(url: str) -> str:
     return _SECRET_PARAMS.sub(r"\1***", url)
 
 
-SCHEMA_VERSION = "utxoflow-sql-4"  # bump on any change existing stores cannot be read with
+SCHEMA_VERSION = "utxoflow-sql-5"  # bump on any change existing stores cannot be read with
 CHUNK = 500  # keys per IN list: well under SQLite's parameter limit
 
 STATE_COLS = (

@@ -1,8 +1,11 @@
-"""Creating records: transactions (the one-record path) and snapshot imports.
+"""Creating records: transactions and snapshot imports.
 
 Invariants:
 - Create-only: a txid already stored (or repeated within the batch) is TxExists and changes
-  nothing; every new record of a batch is written in one database transaction.
+  nothing. Each transaction's creation is atomic by itself, and results are per transaction:
+  the one-record transactions of a batch are written in one database transaction, external
+  ones after their blobs (blob first, so a record never names a missing blob), and
+  multi-record ones through the two-phase coordinator (`stores.utxo.twophase`).
 - A transaction without outputs is refused; zero-satoshi data carriers get an empty slot (no
   UTXO), and `total_utxos` counts the real slots.
 - The fee comes from the inputs' previous outputs: carried by an extended transaction, else read
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -22,15 +26,16 @@ from typing import Any
 from chain import Tx, hash_to_hex, is_data_carrier, utxo_hash
 from chain.tx import varint
 from stores.utxo import slots, twophase, validate
-from stores.utxo.errors import ProcessingError, TxExists, UtxoError
+from stores.utxo.errors import ProcessingError, StorageError, TxExists, UtxoError
 from stores.utxo.gcpause import gc_paused
 from stores.utxo.pages import MasterRecord, Page
-from stores.utxo.records import BlockInfo, TxMeta, Utxo
+from stores.utxo.records import BlockInfo, OutputInfo, TxMeta, Utxo
 from stores.utxo.rules import COINBASE_MATURITY, next_dah
 from stores.utxo.sql.pages import PageMixin, master_row
 from stores.utxo.sql.schema import INSERT_TX, TX_COLS
 
 __all__ = ["INSERT_TX", "TX_COLS", "CreateMixin", "ImportMixin", "utxo_slots"]
+log = logging.getLogger("utxoflow.store")
 
 RAW_NONE, RAW_TX, RAW_OUTPUTS = 0, 1, 2  # raw_format: none (external), a tx, a snapshot's outputs
 # Per-row values of a created transaction; the columns every row of one call shares are
@@ -257,7 +262,7 @@ class CreateMixin(PageMixin):
         need = sorted({
             (i.prev_txid, i.prev_vout) for t in lacking for i in t.inputs if i.prev_txid not in in_batch
         })
-        known = {op: (o.satoshis, o.script) for op, o in self.get_outputs(need).items()} if need else {}
+        known = {op: (o.satoshis, o.script) for op, o in self._prevouts(need).items()}
         out: dict[bytes, Tx] = {}
         for t in lacking:
             ins = []
@@ -320,6 +325,18 @@ class CreateMixin(PageMixin):
                 continue
         raise ProcessingError(f"{what} kept racing with concurrent creators of the same txids")
 
+    def _prevouts(self, need: Sequence[tuple[bytes, int]]) -> dict[tuple[bytes, int], OutputInfo]:
+        """Previous outputs for fees and extended blobs. They are a convenience: when the blob
+        store cannot give an external parent's outputs, those stay unknown (fee None, the blob
+        in standard format) rather than failing the creation of a whole block."""
+        if not need:
+            return {}
+        try:
+            return self.get_outputs(need)
+        except StorageError as e:
+            log.warning("previous outputs unavailable, fees left unknown: %s", e)
+            return {}
+
     def _fees(self, txs: Sequence[Tx]) -> list[int | None]:
         """Each tx's fee; previous outputs a non-extended tx lacks come from the batch or store."""
         fees: list[int | None] = []
@@ -353,7 +370,7 @@ class CreateMixin(PageMixin):
                 else:
                     need.add((i.prev_txid, i.prev_vout))
         if need:
-            for key, info in self.get_outputs(sorted(need)).items():
+            for key, info in self._prevouts(sorted(need)).items():
                 values[key] = info.satoshis
         for k in lacking:
             tx = txs[k]

@@ -7,14 +7,18 @@ Invariants:
   already (an earlier attempt's) is left as it is.
 - The master's `creating` is cleared in the same database transaction that checks that every
   child exists with its own flag clear; so a clear master always means a complete transaction.
-- A child page is read and written only together with its master, under the master's lock
-  (SQLite: the database's write lock; PostgreSQL: the master row FOR UPDATE first, then the
-  pages FOR UPDATE, both in txid order).
+- Spends, unspends and per-output changes read and write a child page only under its master's
+  lock (SQLite: the database's write lock; PostgreSQL: the master row FOR UPDATE first, then
+  the pages FOR UPDATE, in key order). Creation writes pages without it: while the master is
+  `creating` nothing else writes them.
+- A creating master has a `tx_creations` row with the creation's options (frozen, …), removed
+  in the transaction that clears the master's flag.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -68,16 +72,27 @@ class PageMixin(SqlBase):
     external: ExternalTxs
 
     # -- the coordinator's calls -------------------------------------------------------------
-    def create_master(self, rec: MasterRecord, creating: bool = True) -> bool:
-        """Insert the master record, create-only; False when it exists already."""
+    def create_master(
+        self, rec: MasterRecord, creating: bool = True, options: dict[str, Any] | None = None
+    ) -> bool:
+        """Insert the master record, create-only; False when it exists already. A creating
+        master keeps the creation's `options` beside it until its flag clears."""
         row = master_row(rec, creating)
 
         def unit(cur: Any) -> bool:
             row[0] = self._reserve_ids(cur, 1)[0]
             cur.execute(self._q(INSERT_TX), row)
-            return bool(cur.rowcount == 1)
+            made = bool(cur.rowcount == 1)
+            if made and creating:
+                cur.execute(
+                    self._q(
+                        "INSERT INTO tx_creations (txid, options) VALUES (?, ?) ON CONFLICT (txid) DO NOTHING"
+                    ),
+                    (rec.txid, json.dumps(options or {}, separators=(",", ":"))),
+                )
+            return made
 
-        return self._run_write("create master record", unit)
+        return self._run_write(f"create the master record of tx {hash_to_hex(rec.txid)}", unit)
 
     def create_page(self, page: Page) -> bool:
         """Insert one child page with `creating` set, create-only; False when it exists."""
@@ -87,27 +102,30 @@ class PageMixin(SqlBase):
             cur.execute(self._q(INSERT_PAGE), (page.txid, page.index, page.n_utxos, page.utxos))
             return bool(cur.rowcount == 1)
 
-        return self._run_write("create page", unit)
+        return self._run_write(f"create page {page.index} of tx {hash_to_hex(page.txid)}", unit)
 
     def creation_state(self, txid: bytes) -> CreationState | None:
         validate.hash32("txid", txid)
 
-        def q(cur: Any) -> tuple[Any, list[int]]:
+        def q(cur: Any) -> tuple[Any, list[int], Any]:
             rows = self._select_txs(cur, "creating, total_extra_recs, utxos", [txid], False)
             cur.execute(self._q("SELECT page FROM tx_pages WHERE txid = ?"), (txid,))
-            return (rows[0] if rows else None), [r[0] for r in cur.fetchall()]
+            pages = [r[0] for r in cur.fetchall()]
+            cur.execute(self._q("SELECT options FROM tx_creations WHERE txid = ?"), (txid,))
+            return (rows[0] if rows else None), pages, cur.fetchone()
 
-        master, pages = self._run_read("creation_state", q)
+        master, pages, opts = self._run_read("creation_state", q)
         if master is None:
             return None
-        utxos = bytes(master[2])
-        real = [utxos[k + 32 : k + slots.SLOT] for k in range(0, len(utxos), slots.SLOT)
-                if not utxos.startswith(slots.NO_HASH, k)]
+        if opts is not None:
+            frozen = bool(json.loads(opts[0]).get("frozen", False))
+        else:  # a creation without recorded options: its master's slots tell
+            utxos = bytes(master[2])
+            real = [utxos[k + 32 : k + slots.SLOT] for k in range(0, len(utxos), slots.SLOT)
+                    if not utxos.startswith(slots.NO_HASH, k)]
+            frozen = bool(real) and all(s == slots.FROZEN for s in real)
         return CreationState(
-            creating=bool(master[0]),
-            total_extra_recs=master[1],
-            pages=frozenset([0, *pages]),
-            frozen=bool(real) and all(s == slots.FROZEN for s in real),
+            creating=bool(master[0]), total_extra_recs=master[1], pages=frozenset([0, *pages]), frozen=frozen
         )
 
     def clear_creating_children(self, txid: bytes) -> int:
@@ -115,7 +133,7 @@ class PageMixin(SqlBase):
             cur.execute(self._q("UPDATE tx_pages SET creating = 0 WHERE txid = ? AND creating = 1"), (txid,))
             return int(cur.rowcount)
 
-        return self._run_write("clear creating (children)", unit)
+        return self._run_write(f"clear creating on the child pages of tx {hash_to_hex(txid)}", unit)
 
     def clear_creating_master(self, txid: bytes) -> bool:
         """Clear the master's flag once every child exists with its flag clear."""
@@ -137,9 +155,15 @@ class PageMixin(SqlBase):
                     txid=txid,
                 )
             cur.execute(self._q("UPDATE txs SET creating = 0 WHERE txid = ?"), (txid,))
+            cur.execute(self._q("DELETE FROM tx_creations WHERE txid = ?"), (txid,))
+            # A dead creator's lock row whose TTL has passed has nothing left to guard.
+            cur.execute(
+                self._q("DELETE FROM tx_locks WHERE txid = ? AND expires_at <= ?"),
+                (txid, int(time.time() * 1000)),
+            )
             return True
 
-        return self._run_write("clear creating (master)", unit)
+        return self._run_write(f"clear creating on the master record of tx {hash_to_hex(txid)}", unit)
 
     def complete_creation(self, txid: bytes, block_height: int | None = None) -> bool:
         """Finish a half-done creation of `txid` (see `twophase.complete_creation`)."""

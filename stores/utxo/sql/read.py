@@ -37,7 +37,8 @@ from stores.utxo.sql.pages import PageMixin, PageRow
 from stores.utxo.sql.spend import PARENT_COLS, Parent
 
 FIELDS = frozenset(TxMeta._fields)
-_MINED = "t.unmined_since IS NULL AND t.blocks <> '[]' AND t.conflicting = 0"
+# A record whose multi-record creation is unfinished lists nothing until it is complete.
+_MINED = "t.unmined_since IS NULL AND t.blocks <> '[]' AND t.conflicting = 0 AND t.creating = 0"
 _VIEW_CHUNK = 1000
 _VIEW_BYTES = 4 << 20
 
@@ -51,7 +52,7 @@ class OutputCursor:
         self._it = it
         self._at: tuple[int, int, bytes] | None = None
 
-    def get(self, vout: int, default: tuple[int, bytes]) -> tuple[int, bytes]:
+    def get(self, vout: int, default: tuple[int, bytes] | None) -> tuple[int, bytes] | None:
         at = self._at
         while at is None or at[0] < vout:
             at = self._at = next(self._it, None)
@@ -136,9 +137,14 @@ class ReadMixin(PageMixin):
         try:
             yield from self.external.walk(txid)
         except BlobNotFound:
+            if not self._exists(txid):
+                return  # pruned while the listing ran: it has no outputs to list any more
             raise StorageError(
                 f"tx {hash_to_hex(txid)} is stored externally but its blob is missing"
             ) from None
+
+    def _exists(self, txid: bytes) -> bool:
+        return bool(self._run_read("get", lambda cur: self._select_txs(cur, "txid", [txid], False)))
 
     def _outputs_of(
         self, txid: bytes, raw_format: int, raw: bytes | None, external: bool, vouts: list[int]
@@ -244,7 +250,7 @@ class ReadMixin(PageMixin):
         return SpendInfo(SpendStatus.NOT_FOUND)
 
     def iter_utxos(self, *, confirmed: bool = True, script: bytes | None = None) -> Iterator[Utxo]:
-        where = _MINED if confirmed else "t.conflicting = 0"
+        where = _MINED if confirmed else "t.conflicting = 0 AND t.creating = 0"
         sql = (
             "SELECT t.txid, t.utxos, t.raw_format, t.raw, t.blocks, t.is_coinbase, t.external, "
             f"t.total_extra_recs FROM txs t WHERE {where} ORDER BY t.id"
@@ -326,9 +332,11 @@ class ReadMixin(PageMixin):
                 height = heights[blocks] = min(hs) if hs else None
             txid, coinbase = bytes(r[0]), bool(r[5])
             for v in live:
-                sats, scr = outputs.get(v, (0, b""))
-                if script is None or scr == script:
-                    yield Utxo(txid, v, sats, scr, height, coinbase)
+                o = outputs.get(v, None)
+                if o is None:
+                    continue  # its record was pruned while this listing ran
+                if script is None or o[1] == script:
+                    yield Utxo(txid, v, o[0], o[1], height, coinbase)
 
     def _unconfirmed(self, txids: set[bytes]) -> set[bytes]:
         """Those spenders that do not make a spend confirmed: stored, but not mined on the best

@@ -72,6 +72,16 @@ CREATE TABLE IF NOT EXISTS tx_pages (
 )
 """
 
+# How an unfinished multi-record creation was asked for (JSON: frozen, locked, conflicting, …),
+# written with its master and removed when the master's `creating` flag clears: recovery
+# rebuilds missing pages exactly as the creator would have.
+CREATIONS = """
+CREATE TABLE IF NOT EXISTS tx_creations (
+    txid {blob} PRIMARY KEY,
+    options TEXT NOT NULL
+)
+"""
+
 META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
 # Lock records of two-phase creation (seed 000): create-only, one per txid, with an expiry so a
@@ -99,6 +109,7 @@ INDEXES = [
 
 def ddl(blob: str, bigint: str, opts: str = "", extra: tuple[str, ...] = ()) -> list[str]:
     return [
-        *extra, TXS.format(blob=blob, bigint=bigint, opts=opts), PAGES.format(blob=blob), META,
+        *extra, TXS.format(blob=blob, bigint=bigint, opts=opts), PAGES.format(blob=blob),
+        CREATIONS.format(blob=blob), META,
         LOCKS.format(blob=blob), *INDEXES,
     ]

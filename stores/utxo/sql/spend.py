@@ -421,6 +421,8 @@ class SpendMixin(PageMixin):
                 out = None if p is None else p.output(op[1])
                 if p is None:
                     result.append(TxNotFound(f"tx of {fmt_outpoint(op)} not found", outpoint=op))
+                elif p.row[2]:  # its creation is unfinished: its outputs are not settled yet
+                    result.append(TxCreating(f"tx of {fmt_outpoint(op)} is still being created", outpoint=op))
                 elif out is None:
                     result.append(UtxoNotFound(f"output {fmt_outpoint(op)} does not exist", outpoint=op))
                 elif out[0] != h:

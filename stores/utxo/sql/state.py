@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -161,10 +162,27 @@ class StateMixin(PageMixin):
 
         found, creating = self._run_read("set_mined", q)
         todo = creating
-        if self.external.configured:
-            todo = creating + [t for t in txids if t not in found]
+        unknown = [t for t in txids if t not in found]
+        if unknown and self.external.configured:
+            # Only a creator that died after writing its blob leaves an unknown txid to rebuild,
+            # and it leaves its lock row too: one query here instead of a blob lookup per txid.
+            todo = creating + self._locked_txids(unknown)
         for t in todo:
-            self.complete_creation(t, block_height)
+            try:
+                self.complete_creation(t, block_height)
+            except UtxoError as e:  # this one stays as it is (creating, or not found); the rest go on
+                log.warning("set-mined could not finish the creation of tx %s: %s", hash_to_hex(t), e)
+
+    def _locked_txids(self, txids: Sequence[bytes]) -> list[bytes]:
+        def q(cur: Any) -> list[bytes]:
+            out: list[bytes] = []
+            for part in self._chunks(sorted(txids)):
+                marks = ",".join("?" * len(part))
+                cur.execute(self._q(f"SELECT txid FROM tx_locks WHERE txid IN ({marks})"), list(part))
+                out += [bytes(r[0]) for r in cur.fetchall()]
+            return out
+
+        return self._run_read("set_mined", q)
 
     def mark_on_longest_chain(self, txids: Sequence[bytes], on: bool) -> None:
         def change(s: TxState, height: int) -> None:
@@ -277,25 +295,25 @@ class StateMixin(PageMixin):
         validate.txids(txids)
         keys = sorted(set(txids))
 
-        def unit(cur: Any) -> int:
-            due = [
+        def unit(cur: Any) -> list[TxState]:
+            gone = [
                 s for s in self._load_states(cur, keys).values()
                 if s.delete_at_height is not None and s.delete_at_height <= height
             ]
-            gone = []
-            for s in due:
-                if s.external:
-                    # The blob goes first, while the record is locked (nobody can clear its DAH
-                    # meanwhile); a blob that cannot be removed keeps its record for the next run.
-                    try:
-                        self.external.delete(s.txid)
-                    except StorageError as e:
-                        log.warning("pruning kept tx %s: %s", hash_to_hex(s.txid), e)
-                        continue
-                gone.append(s)
             if gone:
                 cur.executemany(self._q("DELETE FROM tx_pages WHERE txid = ?"), [(s.txid,) for s in gone])
                 cur.executemany(self._q("DELETE FROM txs WHERE id = ?"), [(s.id,) for s in gone])
-            return len(gone)
+            cur.execute(self._q("DELETE FROM tx_locks WHERE expires_at <= ?"), (int(time.time() * 1000),))
+            return gone
 
-        return self._run_write("delete_expired", unit) if keys else 0
+        gone = self._run_write("delete_expired", unit) if keys else []
+        # The records are gone (committed) before their blobs: a record never names a missing
+        # blob. A blob that cannot be removed now is left behind, named in the log; no record
+        # refers to it any more.
+        for s in gone:
+            if s.external:
+                try:
+                    self.external.delete(s.txid)
+                except StorageError as e:
+                    log.warning("pruned tx %s, but its blob stays: %s", hash_to_hex(s.txid), e)
+        return len(gone)
