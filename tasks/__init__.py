@@ -1,3 +1,2 @@
-"""Thin Celery tasks: decode arguments, call a service in `workers/` or `stores/`, return small JSON.
-
-The task modules arrive with the pipeline (queues `blocks`, `txs`, `prune`, `recovery`)."""
+"""Thin Celery tasks: decode the message's ids, call a coordinator or store, return small JSON.
+No business logic lives here (it is in `workers/` and `stores/`)."""

@@ -10,10 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
+import psycopg
 import pytest
 from moto.server import ThreadedMotoServer
 
 BLOB_BACKENDS = ["file", "s3"]
+PG_ADMIN = os.environ.get("UTXOFLOW_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("UTXOFLOW_DATA", ROOT.parent / "shared" / "data"))
@@ -51,3 +53,17 @@ def new_blob_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     bucket = f"utxoflow-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
     return f"s3://{bucket}/blobs?endpoint_url={endpoint}&region=us-east-1"
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    name = f"utxoflow_test_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=5)
+    except psycopg.Error as e:
+        pytest.fail(f"PostgreSQL is not reachable at {PG_ADMIN}: {e} (.ci/run starts it)")
+    admin.execute(f'CREATE DATABASE "{name}"')
+    base, _db = PG_ADMIN.rsplit("/", 1)
+    yield f"{base}/{name}"
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()

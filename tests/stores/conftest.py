@@ -7,7 +7,6 @@ then starts from empty tables. SQLite gets a new file per test.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,22 +16,7 @@ import pytest
 from stores.utxo import UtxoStore, open_utxo_store
 from tests.conftest import BLOB_BACKENDS, new_blob_url
 
-PG_ADMIN = os.environ.get("UTXOFLOW_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 BACKENDS = ["sqlite", "postgresql"]
-
-
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    name = f"utxoflow_test_{uuid.uuid4().hex[:10]}"
-    try:
-        admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=5)
-    except psycopg.Error as e:
-        pytest.fail(f"PostgreSQL is not reachable at {PG_ADMIN}: {e} (.ci/run starts it)")
-    admin.execute(f'CREATE DATABASE "{name}"')
-    base, _db = PG_ADMIN.rsplit("/", 1)
-    yield f"{base}/{name}"
-    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.close()
 
 
 @pytest.fixture(params=BACKENDS)

@@ -4,7 +4,7 @@ Modules: `app` (the group, global options, errors → exit codes, output), `quer
 outpoint, utxos, stats), `snapshot` (import-utxos), `demo`, `progress` (stderr progress).
 """
 
-from workers.cli import demo, query, snapshot  # noqa: F401  (registers the commands)
+from workers.cli import demo, pipeline, query, snapshot  # noqa: F401  (registers the commands)
 from workers.cli.app import cli, main
 
 __all__ = ["cli", "main"]

@@ -158,6 +158,34 @@ class ReadMixin(PageMixin):
                 ) from None
         return record_outputs(raw_format, raw)
 
+    def existing(self, txids: Sequence[bytes], conflicting: bool = False) -> set[bytes]:
+        """Those of `txids` the store holds a record of (only conflicting ones, if asked)."""
+        validate.txids(txids)
+
+        def q(cur: Any) -> set[bytes]:
+            found: set[bytes] = set()
+            for part in self._chunks(sorted(set(txids))):
+                found.update(
+                    bytes(r[0]) for r in self._select_txs(cur, "txid, conflicting", part, False)
+                    if r[1] or not conflicting
+                )
+            return found
+
+        return self._run_read("existing", q)
+
+    def snapshot_block(self) -> tuple[int, bytes] | None:
+        """(height, hash) of the block a UTXO snapshot was imported at, if one was."""
+
+        def q(cur: Any) -> Any:
+            cur.execute("SELECT value FROM meta WHERE key = 'snapshot_block'")
+            return cur.fetchone()
+
+        r = self._run_read("snapshot_block", q)
+        if r is None:
+            return None
+        height, hexhash = r[0].split(":", 1)
+        return int(height), bytes.fromhex(hexhash)[::-1]
+
     def get_outputs(self, outpoints: Sequence[Outpoint]) -> dict[Outpoint, OutputInfo]:
         validate.outpoints(outpoints)
         wanted: dict[bytes, list[int]] = {}

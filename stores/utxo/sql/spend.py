@@ -195,7 +195,12 @@ class SpendMixin(PageMixin):
         return r
 
     @gc_paused
-    def spend_many(self, txs: Sequence[Tx], block_height: int) -> list[list[Spend] | UtxoError]:
+    def spend_many(
+        self, txs: Sequence[Tx], block_height: int, missing_ok: bool = False
+    ) -> list[list[Spend] | UtxoError]:
+        """Spend every input of each tx (all or nothing per tx). With `missing_ok`, an input
+        whose parent record the store does not hold is skipped instead of failing its tx (for
+        a chain imported from mid-history): the tx's spends then list only the others."""
         validate.height("block_height", block_height)
         parent_ids = {i.prev_txid for tx in txs for i in tx.inputs}
         parent_ids.discard(NO_HASH)  # a coinbase's input names no parent
@@ -265,7 +270,7 @@ class SpendMixin(PageMixin):
                             p.changed = True
                         results.append(spends)
                         continue
-                results.append(self._spend_one(txid, _plan(tx), parents, block_height))
+                results.append(self._spend_one(txid, _plan(tx), parents, block_height, missing_ok))
             rows = []
             for p in parents.values():
                 if p.changed:
@@ -288,6 +293,7 @@ class SpendMixin(PageMixin):
         plan: list[tuple[int, bytes, int, bytes | None]],
         parents: dict[bytes, Parent],
         block_height: int,
+        missing_ok: bool = False,
     ) -> list[Spend] | UtxoError:
         spends: list[Spend] = []
         # (parent, slots buffer, offset, page, spending data, vin, vout) of each new spend
@@ -295,6 +301,8 @@ class SpendMixin(PageMixin):
         errors: list[tuple[int, UtxoError]] = []
         for vin, ptxid, vout, expected in plan:
             p = parents.get(ptxid)
+            if p is None and missing_ok:
+                continue
             mine = txid + vin.to_bytes(4, "little")
             loc = None if p is None else p.locate(vout)
             if loc is not None and loc[2] is not None and loc[2].creating:

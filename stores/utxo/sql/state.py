@@ -287,6 +287,32 @@ class StateMixin(PageMixin):
 
         return self._run_read(what, q)
 
+    def delete_txs(self, txids: Sequence[bytes]) -> int:
+        """Remove these records outright, with their pages and blobs: the undo of creations
+        that must not remain (a block refused whole). Returns how many existed."""
+        validate.txids(txids)
+        keys = sorted(set(txids))
+
+        def unit(cur: Any) -> list[TxState]:
+            gone = list(self._load_states(cur, keys).values())
+            if gone:
+                cur.executemany(self._q("DELETE FROM tx_pages WHERE txid = ?"), [(s.txid,) for s in gone])
+                cur.executemany(self._q("DELETE FROM tx_creations WHERE txid = ?"), [(s.txid,) for s in gone])
+                cur.executemany(self._q("DELETE FROM txs WHERE id = ?"), [(s.id,) for s in gone])
+            return gone
+
+        gone = self._run_write("delete_txs", unit) if keys else []
+        self._delete_blobs(gone)
+        return len(gone)
+
+    def _delete_blobs(self, gone: Sequence[TxState]) -> None:
+        for s in gone:
+            if s.external:
+                try:
+                    self.external.delete(s.txid)
+                except StorageError as e:
+                    log.warning("removed tx %s, but its blob stays: %s", hash_to_hex(s.txid), e)
+
     def delete_expired(self, txids: Sequence[bytes], height: int) -> int:
         """Delete those of these records whose delete-at-height is set and at or below `height`,
         checked again under lock: a record whose DAH was cleared since `query_dah` (an unspend in
@@ -310,10 +336,5 @@ class StateMixin(PageMixin):
         # The records are gone (committed) before their blobs: a record never names a missing
         # blob. A blob that cannot be removed now is left behind, named in the log; no record
         # refers to it any more.
-        for s in gone:
-            if s.external:
-                try:
-                    self.external.delete(s.txid)
-                except StorageError as e:
-                    log.warning("pruned tx %s, but its blob stays: %s", hash_to_hex(s.txid), e)
+        self._delete_blobs(gone)
         return len(gone)

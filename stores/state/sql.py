@@ -1,0 +1,257 @@
+"""The state store on SQLite or PostgreSQL: tables `blocks`, `chain` (the tip), `undo`, `leases`.
+
+Cumulative work is kept as 64 hex digits, zero-padded, so that ordering the text orders the
+numbers on both databases (work can exceed any integer column).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from stores.sqldb import Database
+from stores.state.protocol import BlockEntry, BlockStatus
+from stores.utxo.errors import StorageError
+
+SCHEMA = "utxoflow-state-1"
+COLS = "hash, parent, height, work, status, reason, block_id, seq, n_txs"
+
+
+def _ddl(blob: str, bigint: str) -> list[str]:
+    return [
+        f"""CREATE TABLE IF NOT EXISTS blocks (
+            hash {blob} PRIMARY KEY,
+            parent {blob} NOT NULL,
+            height INTEGER,
+            work TEXT,
+            status TEXT NOT NULL,
+            reason TEXT,
+            block_id {bigint} NOT NULL UNIQUE,
+            seq {bigint} NOT NULL UNIQUE,
+            n_txs INTEGER NOT NULL,
+            received_at {bigint} NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS blocks_parent ON blocks (parent)",
+        "CREATE INDEX IF NOT EXISTS blocks_best ON blocks (work, seq) "
+        "WHERE status IN ('pending', 'applied', 'side')",
+        "CREATE TABLE IF NOT EXISTS chain (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        f"CREATE TABLE IF NOT EXISTS undo (hash {blob} PRIMARY KEY, data TEXT NOT NULL)",
+        f"""CREATE TABLE IF NOT EXISTS leases (
+            name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at {bigint} NOT NULL
+        )""",
+    ]
+
+
+def _work(w: int | None) -> str | None:
+    if w is None:
+        return None
+    if not 0 <= w < 1 << 256:
+        raise ValueError(f"cumulative work {w} is outside 0…2^256-1")
+    return f"{w:064x}"
+
+
+def _entry(r: Any) -> BlockEntry:
+    return BlockEntry(
+        bytes(r[0]), bytes(r[1]), r[2], None if r[3] is None else int(r[3], 16), BlockStatus(r[4]),
+        r[5], r[6], r[7], r[8],
+    )
+
+
+class SqlStateStore:
+    def __init__(self, url: str, *, create: bool = True) -> None:
+        self.url = url
+        self._create = create
+        self.db = Database(url, create=create)
+        try:
+            self.db.write("create the state schema", self._schema)
+        except BaseException:
+            self.db.close()  # a refused store leaves no connection behind
+            raise
+
+    def _schema(self, cur: Any) -> None:
+        if self.db.dialect == "postgresql":
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (0x53544154,))  # "STAT": DDL one at a time
+        if not self._create:  # a URL that holds no state store is refused, not given one
+            cur.execute(
+                "SELECT to_regclass('chain') IS NOT NULL" if self.db.dialect == "postgresql" else
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'chain')"
+            )
+            if not cur.fetchone()[0]:
+                raise StorageError(f"no state store at {self.db.url_safe}")
+        for stmt in _ddl(self.db.blob, self.db.bigint):
+            cur.execute(stmt)
+        cur.execute(self.db.q("SELECT value FROM chain WHERE key = 'schema'"))
+        r = cur.fetchone()
+        if r is None:
+            cur.execute(self.db.q("INSERT INTO chain (key, value) VALUES ('schema', ?)"), (SCHEMA,))
+        elif r[0] != SCHEMA:
+            raise StorageError(
+                f"{self.db.url_safe} holds a state store of schema {r[0]!r}; this version needs {SCHEMA!r}"
+            )
+
+    # -- blocks ------------------------------------------------------------------------------
+    def add_block(
+        self, hash: bytes, parent: bytes, height: int | None, work: int | None, status: BlockStatus,
+        n_txs: int, reason: str | None = None,
+    ) -> BlockEntry:
+        q = self.db.q
+
+        def unit(cur: Any) -> Any:
+            if self.db.dialect == "postgresql":  # adds one at a time (SQLite: BEGIN IMMEDIATE), so a
+                # racing add of the same hash finds the first one and MAX(seq) + 1 stays unique
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (0x53544142,))  # "STAB"
+            cur.execute(q(f"SELECT {COLS} FROM blocks WHERE hash = ?"), (hash,))
+            r = cur.fetchone()
+            if r is not None:
+                return r
+            cur.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM blocks")
+            seq = int(cur.fetchone()[0])
+            now = int(time.time() * 1000)
+            row = (hash, parent, height, _work(work), status.value, reason, seq, seq, n_txs, now)
+            cur.execute(
+                q(f"INSERT INTO blocks ({COLS}, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"), row
+            )
+            return row[:9]
+
+        return _entry(self.db.write("add block", unit))
+
+    def get_block(self, hash: bytes) -> BlockEntry | None:
+        def q(cur: Any) -> Any:
+            cur.execute(self.db.q(f"SELECT {COLS} FROM blocks WHERE hash = ?"), (hash,))
+            return cur.fetchone()
+
+        r = self.db.read("get block", q)
+        return None if r is None else _entry(r)
+
+    def update_block(
+        self, hash: bytes, *, status: BlockStatus | None = None, reason: str | None = None,
+        height: int | None = None, work: int | None = None,
+    ) -> None:
+        sets: list[str] = []
+        vals: list[Any] = []
+        for col, v in (("status", status and status.value), ("reason", reason), ("height", height),
+                       ("work", _work(work))):
+            if v is not None:
+                sets.append(f"{col} = ?")
+                vals.append(v)
+        if not sets:
+            return
+
+        def unit(cur: Any) -> None:
+            cur.execute(self.db.q(f"UPDATE blocks SET {', '.join(sets)} WHERE hash = ?"), (*vals, hash))
+            if cur.rowcount != 1:
+                raise StorageError(f"block {hash[::-1].hex()} is not in the state store")
+
+        self.db.write("update block", unit)
+
+    def children(self, parent: bytes) -> list[BlockEntry]:
+        def q(cur: Any) -> list[Any]:
+            cur.execute(self.db.q(f"SELECT {COLS} FROM blocks WHERE parent = ? ORDER BY seq"), (parent,))
+            return list(cur.fetchall())
+
+        return [_entry(r) for r in self.db.read("children", q)]
+
+    def best_candidate(self) -> BlockEntry | None:
+        def q(cur: Any) -> Any:
+            cur.execute(
+                f"SELECT {COLS} FROM blocks WHERE status IN ('pending', 'applied', 'side') "
+                "AND work IS NOT NULL ORDER BY work DESC, seq ASC LIMIT 1"
+            )
+            return cur.fetchone()
+
+        r = self.db.read("best candidate", q)
+        return None if r is None else _entry(r)
+
+    def tip(self) -> BlockEntry | None:
+        def q(cur: Any) -> Any:
+            cur.execute("SELECT value FROM chain WHERE key = 'tip'")
+            r = cur.fetchone()
+            if r is None:
+                return None
+            cur.execute(self.db.q(f"SELECT {COLS} FROM blocks WHERE hash = ?"), (bytes.fromhex(r[0]),))
+            return cur.fetchone()
+
+        r = self.db.read("tip", q)
+        return None if r is None else _entry(r)
+
+    def set_tip(self, hash: bytes | None) -> None:
+        def unit(cur: Any) -> None:
+            cur.execute(self.db.q("DELETE FROM chain WHERE key = 'tip'"))
+            if hash is not None:
+                cur.execute(self.db.q("INSERT INTO chain (key, value) VALUES ('tip', ?)"), (hash.hex(),))
+
+        self.db.write("set tip", unit)
+
+    def is_empty(self) -> bool:
+        def q(cur: Any) -> bool:
+            cur.execute("SELECT 1 FROM blocks LIMIT 1")
+            return cur.fetchone() is None
+
+        return self.db.read("is_empty", q)
+
+    def counts(self) -> dict[str, int]:
+        def q(cur: Any) -> dict[str, int]:
+            cur.execute("SELECT status, COUNT(*) FROM blocks GROUP BY status")
+            return {r[0]: int(r[1]) for r in cur.fetchall()}
+
+        return self.db.read("counts", q)
+
+    # -- undo records ------------------------------------------------------------------------
+    def put_undo(self, hash: bytes, data: dict[str, Any]) -> None:
+        text = json.dumps(data, separators=(",", ":"))
+
+        def unit(cur: Any) -> None:
+            cur.execute(
+                self.db.q(
+                    "INSERT INTO undo (hash, data) VALUES (?, ?) ON CONFLICT (hash) DO UPDATE SET data = ?"
+                ),
+                (hash, text, text),
+            )
+
+        self.db.write("put undo", unit)
+
+    def get_undo(self, hash: bytes) -> dict[str, Any] | None:
+        def q(cur: Any) -> Any:
+            cur.execute(self.db.q("SELECT data FROM undo WHERE hash = ?"), (hash,))
+            return cur.fetchone()
+
+        r = self.db.read("get undo", q)
+        return None if r is None else dict(json.loads(r[0]))
+
+    def delete_undo(self, hash: bytes) -> None:
+        self.db.write(
+            "delete undo", lambda cur: cur.execute(self.db.q("DELETE FROM undo WHERE hash = ?"), (hash,))
+        )
+
+    # -- leases ------------------------------------------------------------------------------
+    def acquire_lease(self, name: str, holder: str, ttl_s: float) -> bool:
+        now = int(time.time() * 1000)
+
+        def unit(cur: Any) -> bool:
+            q = self.db.q
+            cur.execute(
+                q("DELETE FROM leases WHERE name = ? AND (expires_at <= ? OR holder = ?)"),
+                (name, now, holder),
+            )
+            cur.execute(
+                q(
+                    "INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT (name) DO NOTHING"
+                ),
+                (name, holder, now + int(ttl_s * 1000)),
+            )
+            return bool(cur.rowcount == 1)
+
+        return self.db.write("acquire lease", unit)
+
+    def release_lease(self, name: str, holder: str) -> None:
+        self.db.write(
+            "release lease",
+            lambda cur: cur.execute(
+                self.db.q("DELETE FROM leases WHERE name = ? AND holder = ?"), (name, holder)
+            ),
+        )
+
+    def close(self) -> None:
+        self.db.close()

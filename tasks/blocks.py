@@ -1,0 +1,35 @@
+"""Block tasks (queue `blocks`): a block's bytes are in the blob store; the message names it."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Task
+
+from chain import hex_to_hash
+from stores.utxo import StorageError
+from workers.app import app
+from workers.services import services
+
+log = logging.getLogger("utxoflow.tasks")
+
+
+@app.task(name="utxoflow.block.arrived", bind=True, max_retries=None)
+def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
+    """Index the block and apply the best chain. Idempotent: a redelivered message finds the
+    block known and the chain applied. While another worker holds the chain, try again soon:
+    that worker may have finished its pass before this block was indexed."""
+    svc = services()
+    seq = svc.sequencer
+    try:
+        entry = seq.accept(seq.load(hex_to_hash(block_hash)))
+        tip = None if entry is None else seq.advance()
+    except StorageError as e:  # a store is down: the block waits, it is not lost
+        log.warning("block %s: %s (will retry)", block_hash, e)
+        raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
+    if entry is None or tip is None:  # another worker is indexing or applying: soon again
+        raise self.retry(countdown=0.2)
+    svc.registry.done(ident)
+    now = svc.state.get_block(entry.hash)
+    return (now or entry).to_json()

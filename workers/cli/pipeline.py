@@ -1,0 +1,140 @@
+"""`utxo worker`, `enqueue`, `wait`, `tip`, `block`: running and feeding the pipeline."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from typing import Any
+
+import click
+
+from chain import ParseError, hex_to_hash
+from stores.state import open_state_store
+from workers.cli.app import BadInput, Context, NotFound, cli, emit
+
+
+def _export(obj: Context) -> None:
+    """Hand the CLI's setting overrides to the worker processes (they read the environment)."""
+    for key, value in obj.overrides.items():
+        os.environ[f"UTXO_{key.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+
+
+@cli.command("worker")
+@click.option(
+    "--queues", "-Q", default="blocks,txs,prune,recovery", show_default=True, help="Queues to consume."
+)
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes.")
+@click.option("--loglevel", "-l", default="INFO", show_default=True)
+@click.option("--name", "-n", default=None, help="Node name (default: utxo-PID@HOST).")
+@click.pass_obj
+def worker_cmd(obj: Context, queues: str, concurrency: int, loglevel: str, name: str | None) -> None:
+    """A Celery worker of this app (`celery -A workers.app worker` is the same)."""
+    _export(obj)
+    obj.settings  # noqa: B018  (validate the settings before starting anything)
+    from workers.app import app
+
+    node = name or f"utxo-{os.getpid()}@{socket.gethostname()}"
+    app.worker_main(["worker", "-Q", queues, "-c", str(concurrency), "-l", loglevel, "-n", node,
+                     "--without-mingle", "--without-gossip"])
+
+
+def _read(path: str) -> tuple[str, bytes]:
+    if path == "-":
+        return "stdin", sys.stdin.buffer.read()
+    with open(path, "rb") as f:
+        return path, f.read()
+
+
+@cli.group("enqueue")
+def enqueue_group() -> None:
+    """Enqueue raw blocks or transactions (parsed first: bad bytes enqueue nothing)."""
+
+
+@enqueue_group.command("block")
+@click.argument("files", nargs=-1, required=True, metavar="FILE…")
+@click.pass_obj
+def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
+    """Binary or hex blocks, or Bitcoin Core blk*.dat files (any network magic); - is stdin."""
+    from workers.ingest import read_blocks, submit_block
+    from workers.services import services
+
+    _export(obj)
+    blocks = []
+    for f in files:
+        name, data = _read(f)
+        blocks += read_blocks(data, name)  # every file checked before anything is enqueued
+    svc = services()
+    for block, raw in blocks:
+        submit_block(raw, svc)
+        emit({"enqueued": "block", "hash": block.hash_hex, "txs": len(block.txs)})
+
+
+@enqueue_group.command("tx")
+@click.argument("files", nargs=-1, required=True, metavar="FILE…")
+@click.pass_obj
+def enqueue_tx(obj: Context, files: tuple[str, ...]) -> None:
+    """A binary transaction per file, or hex transactions one per line (standard or BIP-239)."""
+    from workers.ingest import read_txs, submit_tx
+    from workers.services import services
+
+    _export(obj)
+    txs = []
+    for f in files:
+        name, data = _read(f)
+        txs += read_txs(data, name)
+    svc = services()
+    for tx in txs:
+        submit_tx(tx.serialize(extended=True) if tx.is_extended else tx.raw, svc)
+        emit({"enqueued": "tx", "txid": tx.txid_hex})
+
+
+@cli.command("wait")
+@click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, help="Seconds.")
+@click.pass_obj
+def wait_cmd(obj: Context, timeout: float) -> int:
+    """Return once everything enqueued so far has been processed (0), or on timeout (1)."""
+    from workers.registry import Registry
+
+    reg = Registry(obj.settings.broker_url)
+    done = reg.wait(timeout)
+    emit({"done": done, "pending": len(reg.pending())})
+    return 0 if done else 1
+
+
+def _state(obj: Context) -> Any:
+    return open_state_store(obj.settings.state_url, create=False)
+
+
+@cli.command("tip")
+@click.pass_obj
+def tip_cmd(obj: Context) -> None:
+    """`{"height", "hash"}` of the best chain's applied tip."""
+    state = _state(obj)
+    try:
+        tip = state.tip()
+    finally:
+        state.close()
+    if tip is None:
+        raise NotFound("no block has been applied yet")
+    emit({"height": tip.height, "hash": tip.hash[::-1].hex()})
+
+
+@cli.command("block")
+@click.argument("block_hash", metavar="HASH")
+@click.pass_obj
+def block_cmd(obj: Context, block_hash: str) -> None:
+    """A block's height and status: applied, side, orphan, invalid (with its reason), pending."""
+    try:
+        h = hex_to_hash(block_hash)
+    except (ValueError, ParseError):
+        raise BadInput(f"HASH must be 64 hex digits, got {block_hash!r}") from None
+    state = _state(obj)
+    try:
+        entry = state.get_block(h)
+    finally:
+        state.close()
+    if entry is None:
+        raise NotFound(f"block {block_hash} is not known")
+    emit(entry.to_json())

@@ -1,0 +1,340 @@
+"""The chain sequencer: which blocks are known, which chain is best, and applying it in order
+(CONTRACT "Chain rules", ARCHITECTURE "Applying a block").
+
+Invariants:
+- Blocks are applied strictly in chain order, one at a time, by whoever holds the chain's
+  lease; any number of workers may call `advance`, and all but one return at once.
+- The tip is the applied block of the best chain: the connected, not-invalid block of most
+  cumulative work (first seen wins a tie). A heavier branch makes `advance` disconnect blocks
+  back to the fork point, then apply the branch.
+- A block is refused whole (status `invalid`, a reason) for bad proof of work, a merkle root
+  that does not match (or a duplicated-last-pair mutation), a repeated txid, or a rule its
+  transactions break when applied; its descendants are invalid too. Nothing of it remains and
+  the tip stays where it was.
+- The first block whose parent is unknown while the chain is empty is the base: its height is
+  its BIP34 height, else 0 (1 for a child of a well-known genesis). A store seeded with a UTXO
+  snapshot continues from the snapshot's block. Any later block with an unknown parent waits
+  as an orphan until the parent arrives.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from chain import Block, ParseError, bip34_height, block_work, check_pow, hex_to_hash, parse_block
+from stores.blob.protocol import BlobNotFound, BlobStore, blob_key
+from stores.state import BlockEntry, BlockStatus, StateStore
+from stores.utxo import StorageError, UtxoStore
+from workers.blockapply import BlockApplier, BlockRefused
+
+log = logging.getLogger("utxoflow.sequencer")
+
+GENESIS = {
+    hex_to_hash(h)
+    for h in (
+        "000000000019d6689c085ae165831e934ff763ae46a2a6c172b3f1b60a8ce26f",  # mainnet
+        "000000000933ea01ad0ee984209779baaec3ced90fa3f408719526f8d77f4943",  # testnet
+        "0f9188f13cb7b2c71f2a335e3a4fc328bf5beb436012afca590b1a11466e2206",  # regtest
+    )
+}
+LEASE = "chain"  # applying the best chain
+INDEX_LEASE = "index"  # adding blocks to the index
+SNAPSHOT = "UTXO snapshot"  # the reason field of a snapshot's base block (it has no bytes)
+CONNECTED = (BlockStatus.PENDING, BlockStatus.APPLIED, BlockStatus.SIDE)
+
+
+def check_block(block: Block) -> str | None:
+    """The reason a block is invalid on its own (before any transaction is applied), or None."""
+    if not check_pow(block.header):
+        return "proof of work does not meet its bits"
+    if not block.txs:
+        return "no transactions"
+    root, mutated = block.computed_merkle_root()
+    if root != block.header.merkle_root:
+        return "merkle root does not match its transactions"
+    if mutated:
+        return "merkle root mutation: a duplicated last pair of transactions (CVE-2012-2459)"
+    seen: set[bytes] = set()
+    for t in block.txs:
+        if t.txid in seen:
+            return f"repeats tx {t.txid_hex}"
+        seen.add(t.txid)
+    if not block.txs[0].is_coinbase:
+        return "its first transaction is not a coinbase"
+    extra = next((t for t in block.txs[1:] if t.is_coinbase), None)
+    if extra is not None:
+        return f"tx {extra.txid_hex} is a second coinbase"
+    return None
+
+
+class Sequencer:
+    def __init__(
+        self,
+        utxo: UtxoStore,
+        state: StateStore,
+        blobs: BlobStore,
+        *,
+        allow_missing_inputs: bool = False,
+        lease_s: float = 300.0,
+    ) -> None:
+        self.utxo = utxo
+        self.state = state
+        self.blobs = blobs
+        self.applier = BlockApplier(utxo, allow_missing_inputs=allow_missing_inputs)
+        self.lease_s = lease_s
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+
+    # -- arrival -------------------------------------------------------------------------------
+    def store_block(self, raw: bytes) -> Block:
+        """Parse a block's framing (ParseError when it is not a block) and keep its bytes."""
+        block = parse_block(raw)
+        self.blobs.put_if_absent(blob_key(block.hash, "block"), raw)
+        return block
+
+    def submit(self, raw: bytes) -> BlockEntry:
+        """Store, accept and apply what can be applied (in this process)."""
+        block = self.store_block(raw)
+        while self.accept(block) is None:
+            time.sleep(0.05)
+        while self.advance() is None:
+            time.sleep(0.05)
+        entry = self.state.get_block(block.hash)
+        assert entry is not None
+        return entry
+
+    def accept(self, block: Block) -> BlockEntry | None:
+        """Put the block into the index: checked on its own, placed after its parent, or held as
+        an orphan. Known blocks are left as they are. One worker at a time indexes (the `index`
+        lease: the base and an orphan's parent are decided against a stable index); None when
+        another is at it — try again."""
+        known = self.state.get_block(block.hash)
+        if known is not None:
+            return known
+        with self.lease(INDEX_LEASE, 30.0) as mine:
+            return self._accept(block) if mine else None
+
+    def _accept(self, block: Block) -> BlockEntry:
+        known = self.state.get_block(block.hash)
+        if known is not None:
+            return known
+        self._init_from_snapshot()
+        parent = self.state.get_block(block.header.prev_hash)
+        reason = check_block(block)
+        n = len(block.txs)
+        h = block.hash
+        if parent is None:
+            base = self._base_child(block)
+            if base is not None and not reason:
+                return self._rebase(block, base)
+            if self.state.is_empty():
+                height = self._base_height(block)
+                status = BlockStatus.INVALID if reason else BlockStatus.PENDING
+                # bits no target can meet fail check_pow: no work (block_work would raise)
+                work = 0 if reason else block_work(block.header.bits)
+                entry = self.state.add_block(h, block.header.prev_hash, height, work, status, n, reason)
+            else:
+                status = BlockStatus.INVALID if reason else BlockStatus.ORPHAN
+                entry = self.state.add_block(h, block.header.prev_hash, None, None, status, n, reason)
+        elif parent.status is BlockStatus.INVALID:
+            entry = self.state.add_block(h, parent.hash, _plus(parent.height), None, BlockStatus.INVALID, n,
+                                         reason or "its parent is invalid")
+        elif parent.status is BlockStatus.ORPHAN:
+            status = BlockStatus.INVALID if reason else BlockStatus.ORPHAN
+            entry = self.state.add_block(h, parent.hash, None, None, status, n, reason)
+        else:
+            assert parent.height is not None and parent.work is not None
+            work = parent.work + (0 if reason else block_work(block.header.bits))
+            status = BlockStatus.INVALID if reason else self._connected_status(work)
+            entry = self.state.add_block(h, parent.hash, parent.height + 1, work, status, n, reason)
+        if entry.status is BlockStatus.INVALID:
+            log.warning("block %s is invalid: %s", block.hash_hex, entry.reason)
+        elif entry.status is not BlockStatus.ORPHAN:
+            self._connect_orphans(entry)
+        return entry
+
+    def _connected_status(self, work: int) -> BlockStatus:
+        """A new connected block is `pending` while it may become the best chain's, else `side`."""
+        tip = self.state.tip()
+        return BlockStatus.PENDING if tip is None or tip.work is None or work > tip.work else BlockStatus.SIDE
+
+    def _base_child(self, block: Block) -> BlockEntry | None:
+        """The current base, if it is this block's child: the base's parent arrived late."""
+        for kid in self.state.children(block.hash):
+            if kid.height is not None and kid.status is not BlockStatus.ORPHAN and kid.reason != SNAPSHOT:
+                return kid
+        return None
+
+    def _rebase(self, block: Block, base: BlockEntry) -> BlockEntry:
+        """Blocks were indexed out of order at the start of the chain: `block` is the parent of
+        the block taken as the base. It becomes the base, one height lower; every block above
+        gains its work; and what was applied is disconnected, so that the chain is applied
+        again from the new base, in order."""
+        with self.lease(LEASE) as mine:
+            if not mine:
+                raise StorageError("the chain is being applied; the block is indexed on a retry")
+            tip = self.state.tip()
+            while tip is not None:
+                self._disconnect(tip)
+                tip = self.state.tip()
+            assert base.height is not None
+            work = block_work(block.header.bits)
+            entry = self.state.add_block(block.hash, block.header.prev_hash, base.height - 1, work,
+                                         BlockStatus.PENDING, len(block.txs))
+            todo = [base]
+            while todo:
+                e = todo.pop()
+                if e.work is not None:
+                    self.state.update_block(e.hash, work=e.work + work)
+                todo += [k for k in self.state.children(e.hash) if k.work is not None]
+            log.warning("block %s arrived after its child: it is the chain's base now (height %d)",
+                        block.hash_hex, base.height - 1)
+            return entry
+
+    def _base_height(self, block: Block) -> int:
+        if block.header.prev_hash in GENESIS:
+            return 1
+        return bip34_height(block) or 0
+
+    def _init_from_snapshot(self) -> None:
+        """A store seeded with a snapshot at block B (height H): B is the applied base."""
+        if not self.state.is_empty():
+            return
+        snap = self.utxo.snapshot_block()
+        if snap is None:
+            return
+        height, h = snap
+        self.state.add_block(h, b"\x00" * 32, height, 0, BlockStatus.APPLIED, 0, SNAPSHOT)
+        self.state.set_tip(h)
+
+    def _connect_orphans(self, parent: BlockEntry) -> None:
+        """Orphans waiting for `parent` now have a place (and so do theirs)."""
+        todo = [parent]
+        while todo:
+            p = todo.pop()
+            for kid in self.state.children(p.hash):
+                if kid.status is not BlockStatus.ORPHAN:
+                    continue
+                assert p.height is not None and p.work is not None
+                if p.status is BlockStatus.INVALID:
+                    self.state.update_block(kid.hash, status=BlockStatus.INVALID, height=p.height + 1,
+                                            reason="its parent is invalid")
+                    continue
+                work = p.work + block_work(self.load(kid.hash).header.bits)
+                self.state.update_block(kid.hash, status=self._connected_status(work), height=p.height + 1,
+                                        work=work)
+                todo.append(self._entry(kid.hash))
+
+    # -- the best chain --------------------------------------------------------------------------
+    @contextmanager
+    def lease(self, name: str = LEASE, ttl_s: float | None = None) -> Iterator[bool]:
+        got = self.state.acquire_lease(name, self.holder, ttl_s or self.lease_s)
+        try:
+            yield got
+        finally:
+            if got:
+                self.state.release_lease(name, self.holder)
+
+    def advance(self) -> BlockEntry | None:
+        """Apply the best chain up to its tip, reorganising if a heavier branch appeared.
+        Returns the tip; returns at once (None) when another worker holds the chain."""
+        with self.lease() as mine:
+            if not mine:
+                return None
+            while True:
+                best = self.state.best_candidate()
+                tip = self.state.tip()
+                if best is None or (tip is not None and best.hash == tip.hash):
+                    return tip
+                down, up = self._path(tip, best)
+                for e in down:
+                    self._disconnect(e)
+                for e in up:
+                    self.state.acquire_lease(LEASE, self.holder, self.lease_s)  # renew per block
+                    if not self._apply(e):
+                        break  # refused: the best chain is another one now
+
+    def _path(self, tip: BlockEntry | None, best: BlockEntry) -> tuple[list[BlockEntry], list[BlockEntry]]:
+        """(applied blocks to disconnect, tip first; blocks to apply, lowest first)."""
+        up: list[BlockEntry] = []
+        down: list[BlockEntry] = []
+        a: BlockEntry | None = tip
+        b: BlockEntry | None = best
+        while b is not None and b.status is not BlockStatus.APPLIED:
+            up.append(b)
+            b = self.state.get_block(b.parent)
+        # b is the fork point: the highest applied ancestor of best (applied blocks form one
+        # chain, from the base to the tip); None when best's branch has nothing applied.
+        while a is not None and (b is None or a.hash != b.hash):
+            down.append(a)
+            a = self.state.get_block(a.parent)
+        up.reverse()
+        return down, up
+
+    def _apply(self, e: BlockEntry) -> bool:
+        assert e.height is not None
+        block = self.load(e.hash)
+        undo = self.state.get_undo(e.hash)
+        if undo is not None and undo.get("state") == "applying":
+            # A worker died while applying this block: take back what it did, then start over.
+            self.applier.rollback(block, undo)
+        undo = self.applier.plan(block) | {"state": "applying", "block_id": e.block_id, "height": e.height}
+        self.state.put_undo(e.hash, undo)
+        t0 = time.perf_counter()
+        try:
+            counts = self.applier.apply(block, e.height, e.block_id, undo)
+        except BlockRefused as r:
+            self.state.delete_undo(e.hash)
+            self._invalidate(e, r.reason)
+            return False
+        self.state.put_undo(e.hash, undo | {"state": "applied"})
+        self.state.update_block(e.hash, status=BlockStatus.APPLIED)
+        self.state.set_tip(e.hash)
+        log.info("applied block %s at height %d: %s in %.2f s", block.hash_hex, e.height, counts,
+                 time.perf_counter() - t0)
+        return True
+
+    def _disconnect(self, e: BlockEntry) -> None:
+        assert e.height is not None
+        block = self.load(e.hash)
+        self.applier.disconnect(block, e.height, e.block_id)
+        self.state.update_block(e.hash, status=BlockStatus.SIDE)
+        self.state.set_tip(e.parent if self.state.get_block(e.parent) else None)
+        log.info("disconnected block %s at height %d", block.hash_hex, e.height)
+
+    def _invalidate(self, e: BlockEntry, reason: str) -> None:
+        log.warning("block %s is invalid: %s", e.hash[::-1].hex(), reason)
+        self.state.update_block(e.hash, status=BlockStatus.INVALID, reason=reason)
+        todo = [e.hash]
+        while todo:
+            for kid in self.state.children(todo.pop()):
+                if kid.status is not BlockStatus.INVALID:
+                    self.state.update_block(
+                        kid.hash, status=BlockStatus.INVALID, reason="its parent is invalid"
+                    )
+                    todo.append(kid.hash)
+
+    # -- helpers -------------------------------------------------------------------------------
+    def load(self, h: bytes) -> Block:
+        """A block's bytes from the blob store, parsed."""
+        try:
+            return parse_block(self.blobs.get(blob_key(h, "block")))
+        except BlobNotFound:
+            raise StorageError(
+                f"block {h[::-1].hex()} is indexed but its bytes are not in the blob store"
+            ) from None
+        except ParseError as e:
+            raise StorageError(f"block {h[::-1].hex()} in the blob store does not parse: {e}") from e
+
+    def _entry(self, h: bytes) -> BlockEntry:
+        e = self.state.get_block(h)
+        assert e is not None
+        return e
+
+
+def _plus(h: int | None) -> int | None:
+    return None if h is None else h + 1

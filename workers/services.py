@@ -1,0 +1,58 @@
+"""The stores and coordinators one process uses, opened once from the settings (lazily, so a
+forked worker child opens its own connections) and closed when the process ends."""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from stores.blob import BlobStore, open_blob_store
+from stores.state import StateStore, open_state_store
+from stores.utxo import UtxoStore, open_utxo_store
+from workers.registry import Registry
+from workers.sequencer import Sequencer
+from workers.settings import Settings, load_settings
+
+
+@dataclass
+class Services:
+    settings: Settings
+    utxo: UtxoStore
+    state: StateStore
+    blobs: BlobStore
+    sequencer: Sequencer
+    registry: Registry
+
+    def close(self) -> None:
+        for s in (self.utxo, self.state, self.blobs):
+            try:
+                s.close()
+            except Exception:
+                pass
+
+
+_lock = threading.Lock()
+_services: Services | None = None
+
+
+def services(**overrides: Any) -> Services:
+    global _services
+    with _lock:
+        if _services is None:
+            s = load_settings(**overrides)
+            utxo = open_utxo_store(s.store_url, **s.store_options())
+            state = open_state_store(s.state_url)
+            blobs = open_blob_store(s.blob_url)
+            seq = Sequencer(utxo, state, blobs, allow_missing_inputs=s.allow_missing_inputs)
+            _services = Services(s, utxo, state, blobs, seq, Registry(s.broker_url))
+            atexit.register(_services.close)
+        return _services
+
+
+def reset() -> None:
+    """Forget the opened services (after a fork: the child must open its own)."""
+    global _services
+    with _lock:
+        _services = None
