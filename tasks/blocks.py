@@ -10,6 +10,7 @@ from celery import Task
 from chain import hex_to_hash
 from stores.utxo import StorageError
 from workers.app import app
+from workers.sequencer import ChainBusy
 from workers.services import services
 
 log = logging.getLogger("utxoflow.tasks")
@@ -24,12 +25,14 @@ def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
     seq = svc.sequencer
     try:
         entry = seq.accept(seq.load(hex_to_hash(block_hash)))
-        tip = None if entry is None else seq.advance()
+        if entry is None:  # another worker is indexing: soon again
+            raise self.retry(countdown=0.2)
+        seq.advance()
+    except ChainBusy as e:  # another worker applies the chain; it may have missed this block
+        raise self.retry(countdown=0.2) from e
     except StorageError as e:  # a store is down: the block waits, it is not lost
         log.warning("block %s: %s (will retry)", block_hash, e)
         raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
-    if entry is None or tip is None:  # another worker is indexing or applying: soon again
-        raise self.retry(countdown=0.2)
     svc.registry.done(ident)
     now = svc.state.get_block(entry.hash)
     return (now or entry).to_json()

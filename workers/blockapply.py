@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from chain import Block, Tx, hash_to_hex
@@ -71,6 +71,8 @@ class BlockApplier:
     utxo: UtxoStore
     allow_missing_inputs: bool = False
     chunk: int = 2000
+    _undo: dict[str, Any] | None = None
+    _save: Callable[[dict[str, Any]], None] | None = None
 
     # -- apply ---------------------------------------------------------------------------------
     def plan(self, block: Block) -> dict[str, Any]:
@@ -79,11 +81,22 @@ class BlockApplier:
         have = self.utxo.existing(txids)
         return {"created": [t.hex() for t in txids if t not in have]}
 
-    def apply(self, block: Block, height: int, block_id: int, undo: dict[str, Any]) -> dict[str, int]:
-        """Apply the block (its undo record already written). Raises BlockRefused, after taking
-        back what it did, when the block breaks a rule; StorageError leaves it for a retry."""
+    def apply(
+        self,
+        block: Block,
+        height: int,
+        block_id: int,
+        undo: dict[str, Any],
+        save: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, int]:
+        """Apply the block (its undo record already written; `save` writes it again when it
+        grows: the mempool transactions made conflicting are added before they are). Raises
+        BlockRefused, after taking back what it did, when the block breaks a rule;
+        StorageError leaves it for a retry."""
+        self._undo, self._save = undo, save
         created = {bytes.fromhex(h) for h in undo["created"]}
         try:
+            self.check_known(block, created)
             self.create_phase([t for t in block.txs if t.txid in created], height)
             skipped = self.spend_phase(block, height)
         except BlockRefused:
@@ -92,6 +105,35 @@ class BlockApplier:
         self.mine_phase(block, height, block_id)
         self.utxo.set_block_height(height)
         return {"txs": len(block.txs), "created": len(created), "missing_inputs": skipped}
+
+    def check_known(self, block: Block, created: set[bytes]) -> None:
+        """Rules that need the store before anything changes: a tx of the block must not be
+        mined on this chain already, and every input must spend a tx of this block or one
+        mined on this chain (not a mempool tx the block does not mine)."""
+        again = self.utxo.mined([t.txid for t in block.txs if t.txid not in created])
+        if again:
+            raise BlockRefused(f"tx {hash_to_hex(min(again))} is already mined on this chain")
+        in_block = {t.txid for t in block.txs}
+        parents = sorted({
+            i.prev_txid for t in block.txs if not t.is_coinbase
+            for i in t.inputs if i.prev_txid not in in_block
+        })
+        if not parents:
+            return
+        unmined = self.utxo.existing(parents) - self.utxo.mined(parents)
+        if not unmined:
+            return
+        conflicting = self.utxo.existing(sorted(unmined), conflicting=True)
+        for t in block.txs:
+            if t.is_coinbase:
+                continue
+            for vin, i in enumerate(t.inputs):
+                if i.prev_txid in unmined:
+                    what = "conflicting tx" if i.prev_txid in conflicting else "tx"
+                    raise BlockRefused(
+                        f"tx {t.txid_hex} input {vin}: spends an output of {what} "
+                        f"{hash_to_hex(i.prev_txid)}, which is not mined on this chain"
+                    )
 
     def create_phase(self, txs: Sequence[Tx], height: int) -> None:
         for part in chunks(txs, self.chunk):
@@ -164,11 +206,12 @@ class BlockApplier:
 
     def make_conflicting(self, txids: Sequence[bytes]) -> None:
         """Mark these transactions and every descendant conflicting and release their spends,
-        so that the outputs they spent can be spent by the chain's transaction."""
+        so that the outputs they spent can be spent by the chain's transaction. Each is noted
+        in the undo record first: a block refused later gives them back what they had."""
         todo = list(txids)
         seen: set[bytes] = set()
         while todo:
-            t = todo.pop()
+            t = todo.pop(0)  # parents before their descendants: the order `restore` replays
             if t in seen:
                 continue
             seen.add(t)
@@ -176,6 +219,12 @@ class BlockApplier:
                 meta = self.utxo.get(t)
             except TxNotFound:
                 continue
+            if meta.conflicting:
+                continue
+            if self._undo is not None:
+                self._undo.setdefault("conflicted", []).append(t.hex())
+                if self._save is not None:
+                    self._save(self._undo)
             if meta.tx is not None:
                 self.utxo.unspend(spends_of(meta.tx))
                 outs = self.utxo.get_outputs([(t, v) for v in range(len(meta.tx.outputs))])
@@ -210,6 +259,21 @@ class BlockApplier:
             old = [t.txid for t in block.txs if t.txid not in created]
             if old:
                 self.utxo.set_mined_multi(old, block_id, undo["height"], unset=True)
+        self.restore([bytes.fromhex(h) for h in undo.get("conflicted", [])], undo.get("height", 0))
+
+    def restore(self, txids: Sequence[bytes], height: int) -> None:
+        """Give mempool transactions that a refused block made conflicting back their state:
+        not conflicting, their inputs spent again (parents first)."""
+        for t in txids:
+            try:
+                meta = self.utxo.get(t)
+            except TxNotFound:
+                continue
+            self.utxo.set_conflicting([t], False)
+            if meta.tx is not None and not meta.tx.is_coinbase:
+                (r,) = self.utxo.spend_many([meta.tx], height)
+                if isinstance(r, UtxoError):
+                    log.warning("tx %s could not spend its inputs again: %s", hash_to_hex(t), r)
 
     def disconnect(self, block: Block, height: int, block_id: int) -> None:
         """A reorg takes this applied block off the best chain: its transactions stay, unmined."""

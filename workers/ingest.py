@@ -15,6 +15,7 @@ import uuid
 
 from chain import Block, ParseError, Tx, iter_blk_records, parse_block, parse_tx
 from stores.blob.protocol import blob_key
+from workers.sequencer import keep_block
 from workers.services import Services, services
 
 BLOCK_TASK = "utxoflow.block.arrived"
@@ -73,7 +74,7 @@ def submit_block(raw: bytes, svc: Services | None = None) -> str:
     """Store and enqueue one block (ParseError when the bytes are not one); its hash."""
     svc = svc or services()
     block = parse_block(raw)
-    svc.blobs.put_if_absent(blob_key(block.hash, "block"), raw)
+    keep_block(svc.blobs, block, raw)
     send(BLOCK_TASK, block.hash_hex, f"block:{block.hash_hex}", svc)
     return block.hash_hex
 

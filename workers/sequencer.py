@@ -44,8 +44,38 @@ GENESIS = {
 }
 LEASE = "chain"  # applying the best chain
 INDEX_LEASE = "index"  # adding blocks to the index
+APPLYING = "applying"  # state meta: the block being applied now (its undo record says what is new)
 SNAPSHOT = "UTXO snapshot"  # the reason field of a snapshot's base block (it has no bytes)
 CONNECTED = (BlockStatus.PENDING, BlockStatus.APPLIED, BlockStatus.SIDE)
+
+
+BODY_MISMATCH = ("merkle root does not match", "merkle root mutation")
+PARENT_INVALID = "its parent is invalid"
+
+
+def corrupt(e: BlockEntry) -> bool:
+    """Refused because its transactions do not match its header: another copy of the same
+    block (the same hash) may be the genuine one."""
+    return e.status is BlockStatus.INVALID and (e.reason or "").startswith(BODY_MISMATCH)
+
+
+def keep_block(blobs: BlobStore, block: Block, raw: bytes) -> None:
+    """Keep a block's bytes, write-once — except that a copy whose transactions match its header
+    replaces a stored copy whose transactions do not (the same hash: a corrupted copy)."""
+    key = blob_key(block.hash, "block")
+    if blobs.put_if_absent(key, raw) or check_block(block) is not None:
+        return
+    try:
+        stored: Block | None = parse_block(blobs.get(key))
+    except ParseError:
+        stored = None
+    if stored is None or check_block(stored) is not None:
+        blobs.delete(key)
+        blobs.put_if_absent(key, raw)
+
+
+class ChainBusy(Exception):
+    """Another worker holds the chain's lease: it applies the chain; try again shortly."""
 
 
 def check_block(block: Block) -> str | None:
@@ -93,7 +123,7 @@ class Sequencer:
     def store_block(self, raw: bytes) -> Block:
         """Parse a block's framing (ParseError when it is not a block) and keep its bytes."""
         block = parse_block(raw)
-        self.blobs.put_if_absent(blob_key(block.hash, "block"), raw)
+        keep_block(self.blobs, block, raw)
         return block
 
     def submit(self, raw: bytes) -> BlockEntry:
@@ -101,8 +131,12 @@ class Sequencer:
         block = self.store_block(raw)
         while self.accept(block) is None:
             time.sleep(0.05)
-        while self.advance() is None:
-            time.sleep(0.05)
+        while True:
+            try:
+                self.advance()
+                break
+            except ChainBusy:
+                time.sleep(0.05)
         entry = self.state.get_block(block.hash)
         assert entry is not None
         return entry
@@ -113,10 +147,38 @@ class Sequencer:
         lease: the base and an orphan's parent are decided against a stable index); None when
         another is at it — try again."""
         known = self.state.get_block(block.hash)
-        if known is not None:
+        if known is not None and not (corrupt(known) and check_block(block) is None):
             return known
         with self.lease(INDEX_LEASE, 30.0) as mine:
-            return self._accept(block) if mine else None
+            if not mine:
+                return None
+            if known is not None:
+                return self._revive(block, known)
+            return self._accept(block)
+
+    def _revive(self, block: Block, known: BlockEntry) -> BlockEntry:
+        """The genuine block after a corrupted copy of it was indexed as invalid (its header
+        hash is the same): index it as it is, and the descendants refused for its sake too."""
+        parent = self.state.get_block(block.header.prev_hash)
+        if parent is None or parent.work is None or parent.height is None or parent.status in (
+            BlockStatus.INVALID, BlockStatus.ORPHAN
+        ):
+            return known  # its place is decided when its parent is (the corrupt verdict stays)
+        work = parent.work + block_work(block.header.bits)
+        self.state.update_block(block.hash, status=self._connected_status(work), reason="",
+                                height=parent.height + 1, work=work)
+        log.warning("block %s: a valid copy replaces the corrupted one indexed before", block.hash_hex)
+        todo = [self._entry(block.hash)]
+        while todo:
+            p = todo.pop()
+            assert p.work is not None and p.height is not None
+            for kid in self.state.children(p.hash):
+                if kid.status is BlockStatus.INVALID and kid.reason == PARENT_INVALID:
+                    w = p.work + block_work(self.load(kid.hash).header.bits)
+                    self.state.update_block(kid.hash, status=self._connected_status(w), reason="",
+                                            height=p.height + 1, work=w)
+                    todo.append(self._entry(kid.hash))
+        return self._entry(block.hash)
 
     def _accept(self, block: Block) -> BlockEntry:
         known = self.state.get_block(block.hash)
@@ -131,7 +193,7 @@ class Sequencer:
             base = self._base_child(block)
             if base is not None and not reason:
                 return self._rebase(block, base)
-            if self.state.is_empty():
+            if self.state.best_candidate() is None:  # no chain yet (invalid blocks do not count)
                 height = self._base_height(block)
                 status = BlockStatus.INVALID if reason else BlockStatus.PENDING
                 # bits no target can meet fail check_pow: no work (block_work would raise)
@@ -142,7 +204,7 @@ class Sequencer:
                 entry = self.state.add_block(h, block.header.prev_hash, None, None, status, n, reason)
         elif parent.status is BlockStatus.INVALID:
             entry = self.state.add_block(h, parent.hash, _plus(parent.height), None, BlockStatus.INVALID, n,
-                                         reason or "its parent is invalid")
+                                         reason or PARENT_INVALID)
         elif parent.status is BlockStatus.ORPHAN:
             status = BlockStatus.INVALID if reason else BlockStatus.ORPHAN
             entry = self.state.add_block(h, parent.hash, None, None, status, n, reason)
@@ -153,9 +215,23 @@ class Sequencer:
             entry = self.state.add_block(h, parent.hash, parent.height + 1, work, status, n, reason)
         if entry.status is BlockStatus.INVALID:
             log.warning("block %s is invalid: %s", block.hash_hex, entry.reason)
+            self._invalidate_orphans(entry)
         elif entry.status is not BlockStatus.ORPHAN:
             self._connect_orphans(entry)
         return entry
+
+    def _invalidate_orphans(self, parent: BlockEntry) -> None:
+        """Orphans that were waiting for a block now known invalid are invalid too. Only
+        orphans: a connected child has another parent copy's hash behind it and stays."""
+        todo = [parent]
+        while todo:
+            p = todo.pop()
+            for kid in self.state.children(p.hash):
+                if kid.status is BlockStatus.ORPHAN:
+                    self.state.update_block(
+                        kid.hash, status=BlockStatus.INVALID, reason=PARENT_INVALID
+                    )
+                    todo.append(kid)
 
     def _connected_status(self, work: int) -> BlockStatus:
         """A new connected block is `pending` while it may become the best chain's, else `side`."""
@@ -220,10 +296,6 @@ class Sequencer:
                 if kid.status is not BlockStatus.ORPHAN:
                     continue
                 assert p.height is not None and p.work is not None
-                if p.status is BlockStatus.INVALID:
-                    self.state.update_block(kid.hash, status=BlockStatus.INVALID, height=p.height + 1,
-                                            reason="its parent is invalid")
-                    continue
                 work = p.work + block_work(self.load(kid.hash).header.bits)
                 self.state.update_block(kid.hash, status=self._connected_status(work), height=p.height + 1,
                                         work=work)
@@ -241,10 +313,12 @@ class Sequencer:
 
     def advance(self) -> BlockEntry | None:
         """Apply the best chain up to its tip, reorganising if a heavier branch appeared.
-        Returns the tip; returns at once (None) when another worker holds the chain."""
+        Returns the tip (None: nothing applied yet); raises ChainBusy at once when another
+        worker holds the chain."""
         with self.lease() as mine:
             if not mine:
-                return None
+                raise ChainBusy()
+            self._take_back_unfinished()
             while True:
                 best = self.state.best_candidate()
                 tip = self.state.tip()
@@ -275,25 +349,43 @@ class Sequencer:
         up.reverse()
         return down, up
 
+    def _take_back_unfinished(self) -> None:
+        """A worker died while applying a block (the `applying` mark names it): take back what
+        it did before anything else, whether or not that block is still on the best chain."""
+        h = self.state.get_meta(APPLYING)
+        if h is None:
+            return
+        block_hash = bytes.fromhex(h)
+        undo = self.state.get_undo(block_hash)
+        if undo is not None and undo.get("state") == "applying":
+            log.warning("taking back block %s, left half applied", block_hash[::-1].hex())
+            self.applier.rollback(self.load(block_hash), undo)
+            self.state.delete_undo(block_hash)
+        self.state.set_meta(APPLYING, None)
+
     def _apply(self, e: BlockEntry) -> bool:
         assert e.height is not None
         block = self.load(e.hash)
         undo = self.state.get_undo(e.hash)
         if undo is not None and undo.get("state") == "applying":
-            # A worker died while applying this block: take back what it did, then start over.
-            self.applier.rollback(block, undo)
+            self.applier.rollback(block, undo)  # left half applied (without its mark): start over
         undo = self.applier.plan(block) | {"state": "applying", "block_id": e.block_id, "height": e.height}
         self.state.put_undo(e.hash, undo)
+        self.state.set_meta(APPLYING, e.hash.hex())
         t0 = time.perf_counter()
         try:
-            counts = self.applier.apply(block, e.height, e.block_id, undo)
+            counts = self.applier.apply(
+                block, e.height, e.block_id, undo, lambda u: self.state.put_undo(e.hash, u)
+            )
         except BlockRefused as r:
             self.state.delete_undo(e.hash)
+            self.state.set_meta(APPLYING, None)
             self._invalidate(e, r.reason)
             return False
         self.state.put_undo(e.hash, undo | {"state": "applied"})
         self.state.update_block(e.hash, status=BlockStatus.APPLIED)
         self.state.set_tip(e.hash)
+        self.state.set_meta(APPLYING, None)
         log.info("applied block %s at height %d: %s in %.2f s", block.hash_hex, e.height, counts,
                  time.perf_counter() - t0)
         return True
@@ -314,7 +406,7 @@ class Sequencer:
             for kid in self.state.children(todo.pop()):
                 if kid.status is not BlockStatus.INVALID:
                     self.state.update_block(
-                        kid.hash, status=BlockStatus.INVALID, reason="its parent is invalid"
+                        kid.hash, status=BlockStatus.INVALID, reason=PARENT_INVALID
                     )
                     todo.append(kid.hash)
 

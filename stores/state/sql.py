@@ -183,6 +183,22 @@ class SqlStateStore:
 
         self.db.write("set tip", unit)
 
+    def get_meta(self, key: str) -> str | None:
+        def q(cur: Any) -> Any:
+            cur.execute(self.db.q("SELECT value FROM chain WHERE key = ?"), (f"meta:{key}",))
+            return cur.fetchone()
+
+        r = self.db.read("get meta", q)
+        return None if r is None else str(r[0])
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        def unit(cur: Any) -> None:
+            cur.execute(self.db.q("DELETE FROM chain WHERE key = ?"), (f"meta:{key}",))
+            if value is not None:
+                cur.execute(self.db.q("INSERT INTO chain (key, value) VALUES (?, ?)"), (f"meta:{key}", value))
+
+        self.db.write("set meta", unit)
+
     def is_empty(self) -> bool:
         def q(cur: Any) -> bool:
             cur.execute("SELECT 1 FROM blocks LIMIT 1")

@@ -16,7 +16,7 @@ from stores.state import BlockStatus, open_state_store
 from stores.utxo import open_utxo_store
 from tests.pipeline.chains import Chain, confirmed, confirmed_model, script, spend
 from tests.pipeline.world import World
-from workers.sequencer import LEASE, Sequencer
+from workers.sequencer import APPLYING, LEASE, ChainBusy, Sequencer
 
 
 @pytest.fixture
@@ -128,7 +128,8 @@ def test_advance_returns_at_once_while_another_worker_holds_the_chain(w: World) 
     tip = w.seq.state.tip()
     assert w.seq.state.acquire_lease(LEASE, "another worker", 30)
     assert w.seq.accept(w.seq.store_block(raw)) is not None
-    assert w.seq.advance() is None
+    with pytest.raises(ChainBusy):
+        w.seq.advance()
     assert w.seq.state.tip() == tip and status(w.seq, raw) == (BlockStatus.PENDING, 1002)
     w.seq.state.release_lease(LEASE, "another worker")
     after = w.seq.advance()
@@ -211,6 +212,7 @@ def _half_apply(seq: Sequencer, block: Block, stage: str) -> None:
     assert e is not None and e.height is not None and e.status is BlockStatus.PENDING
     undo = seq.applier.plan(block) | {"state": "applying", "block_id": e.block_id, "height": e.height}
     seq.state.put_undo(block.hash, undo)
+    seq.state.set_meta(APPLYING, block.hash.hex())
     created = {bytes.fromhex(h) for h in undo["created"]}
     seq.applier.create_phase([t for t in block.txs if t.txid in created], e.height)
     if stage in ("spent", "mined"):
@@ -248,14 +250,7 @@ def test_a_half_applied_block_is_taken_back_and_applied(w: World, stage: str) ->
     w.add([spend((a, 1), (b, 0))])
 
 
-MINED_LEFT = pytest.mark.xfail(
-    strict=True,
-    reason="bug: a half-applied block off the best chain is never taken back; the transactions it "
-    "set mined count as confirmed, and refuse a branch that double-spends them",
-)
-
-
-@pytest.mark.parametrize("stage", [*STAGES[:2], pytest.param("mined", marks=MINED_LEFT)])
+@pytest.mark.parametrize("stage", STAGES)
 @pytest.mark.parametrize("conflict", [False, True], ids=["apart", "double-spending"])
 def test_a_half_applied_block_that_a_heavier_branch_replaced(w: World, stage: str, conflict: bool) -> None:
     """The worker died; meanwhile a heavier sibling branch arrived. The half-applied block is not

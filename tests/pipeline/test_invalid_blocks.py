@@ -264,8 +264,6 @@ def test_an_orphan_whose_parent_arrives_and_is_refused_when_applied(w: World) ->
     assert k is not None and k.status is BlockStatus.INVALID
 
 
-@pytest.mark.xfail(strict=True, reason="bug: Sequencer._accept never connects (nor invalidates) the "
-                   "orphans of a block that is invalid on its own: they stay `orphan` for ever")
 def test_an_orphan_whose_parent_arrives_invalid_on_its_own(w: World) -> None:
     bad_raw = _bad_pow(w)
     kid = Chain(parse_block(bad_raw).hash, w.chain.height + 1)
@@ -305,9 +303,6 @@ def test_a_heavier_branch_with_an_invalid_block_leaves_the_chain_as_it_was(w: Wo
 # -- bugs: what the rules ask and the sequencer does not do (yet) -------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a block whose transactions do not match its header has "
-                   "the genuine block's hash; indexing it (and keeping its bytes) as invalid refuses the "
-                   "genuine one")
 @pytest.mark.parametrize("how", ["changed-byte", "duplicated-last-tx"])
 def test_the_genuine_block_after_a_corrupted_copy_of_it(w: World, how: str) -> None:
     body = [spend((w.funds[1], 0)), spend((w.funds[2], 0))]
@@ -324,25 +319,19 @@ def test_the_genuine_block_after_a_corrupted_copy_of_it(w: World, how: str) -> N
     assert e.status is BlockStatus.APPLIED, e
 
 
-@pytest.mark.xfail(strict=True, reason="bug: blockapply spends the outputs of any transaction the store "
-                   "holds, mined on this chain or not: a block may spend a mempool tx it does not mine")
 def test_a_transaction_spending_an_output_of_an_unmined_transaction(w: World) -> None:
     m = spend((w.funds[1], 0))
     w.mempool(m)
     child = spend((m, 0))  # m is not in the block, nor on the chain
-    w.refused(w.chain.next_block([spend((w.funds[2], 0)), child]), r"missing output", keep=[m.txid])
+    w.refused(w.chain.next_block([spend((w.funds[2], 0)), child]), r"not mined on this chain", keep=[m.txid])
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a block that mines again a transaction mined earlier on "
-                   "this chain is applied: its spends are the same spender's again, which the store accepts")
 def test_a_transaction_mined_again_in_a_later_block(w: World) -> None:
     w.add()
     raw = w.chain.next_block([spend((w.funds[1], 0)), w.mined])  # `mined` is in block 1001
     w.refused(raw, r"already (spent|mined) on this chain", keep=[w.mined.txid])
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a refused block leaves the mempool tx it double-spent "
-                   "conflicting, its spends released (BlockApplier.rollback does not undo make_conflicting)")
 def test_a_refused_block_leaves_the_mempool_transaction_it_conflicted_with(w: World) -> None:
     m = spend((w.funds[1], 0), (w.funds[2], 0))
     w.mempool(m)
@@ -373,16 +362,11 @@ def no_spin(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-@pytest.mark.xfail(strict=True, reason="bug: Sequencer.submit spins for ever while no block is applied "
-                   "(advance() returns None both when another worker holds the chain and when there is "
-                   "no tip)")
 def test_an_invalid_first_block_through_submit(seq: Sequencer, no_spin: None) -> None:
     e = seq.submit(patch_header(Chain().next_block(), bits=0x1D00FFFF))
     assert e.status is BlockStatus.INVALID
 
 
-@pytest.mark.xfail(strict=True, reason="bug: an invalid first block takes the base's place (the index is "
-                   "not empty), so the valid first block is an orphan for ever")
 def test_a_valid_first_block_after_an_invalid_one(seq: Sequencer) -> None:
     c = Chain()
     bad = seq.accept(seq.store_block(patch_header(c.next_block(), bits=0x1D00FFFF)))

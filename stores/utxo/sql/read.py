@@ -173,6 +173,21 @@ class ReadMixin(PageMixin):
 
         return self._run_read("existing", q)
 
+    def mined(self, txids: Sequence[bytes]) -> set[bytes]:
+        """Those of `txids` mined on the longest chain (in a block, `unmined_since` unset)."""
+        validate.txids(txids)
+
+        def q(cur: Any) -> set[bytes]:
+            found: set[bytes] = set()
+            for part in self._chunks(sorted(set(txids))):
+                found.update(
+                    bytes(r[0]) for r in self._select_txs(cur, "txid, unmined_since, blocks", part, False)
+                    if r[1] is None and r[2] != "[]"
+                )
+            return found
+
+        return self._run_read("mined", q)
+
     def snapshot_block(self) -> tuple[int, bytes] | None:
         """(height, hash) of the block a UTXO snapshot was imported at, if one was."""
 
