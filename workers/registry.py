@@ -8,6 +8,7 @@ the ids present when I started waiting" means everything enqueued by then has be
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import redis
 
@@ -27,13 +28,21 @@ class Registry:
     def pending(self) -> set[str]:
         return {m.decode() for m in self.redis.smembers(KEY)}  # type: ignore[union-attr]
 
-    def wait(self, timeout: float, poll: float = 0.2) -> bool:
-        """True once none of the ids pending now is pending any more; False on timeout."""
+    def wait(
+        self, timeout: float, poll: float = 0.2, settled: Callable[[str], bool] | None = None
+    ) -> bool:
+        """True once none of the ids pending now is pending any more; False on timeout. An id
+        that `settled` says is done anyway (a block another worker applied while the message's
+        own worker died) is taken off the set."""
         waiting = sorted(self.pending())
         deadline = time.monotonic() + timeout
         while waiting:
             left = self.redis.smismember(KEY, waiting)  # type: ignore[arg-type]
             waiting = [w for w, still in zip(waiting, left) if still]
+            if settled is not None:
+                for w in [w for w in waiting if settled(w)]:
+                    self.done(w)
+                    waiting.remove(w)
             if not waiting:
                 break
             if time.monotonic() >= deadline:

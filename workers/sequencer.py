@@ -30,6 +30,7 @@ from chain import Block, ParseError, bip34_height, block_work, check_pow, hex_to
 from stores.blob.protocol import BlobNotFound, BlobStore, blob_key
 from stores.state import BlockEntry, BlockStatus, StateStore
 from stores.utxo import StorageError, UtxoStore
+from stores.utxo.sql.locks import process_alive
 from workers.blockapply import BlockApplier, BlockRefused
 
 log = logging.getLogger("utxoflow.sequencer")
@@ -110,7 +111,7 @@ class Sequencer:
         blobs: BlobStore,
         *,
         allow_missing_inputs: bool = False,
-        lease_s: float = 300.0,
+        lease_s: float = 120.0,
     ) -> None:
         self.utxo = utxo
         self.state = state
@@ -304,7 +305,18 @@ class Sequencer:
     # -- the best chain --------------------------------------------------------------------------
     @contextmanager
     def lease(self, name: str = LEASE, ttl_s: float | None = None) -> Iterator[bool]:
+        """Hold the lease `name` while inside (yields False when another worker holds it). A
+        holder that is a dead process of this host is taken over at once; one on another host
+        is waited out (its lease lapses after the TTL)."""
         got = self.state.acquire_lease(name, self.holder, ttl_s or self.lease_s)
+        if not got:
+            held = self.state.lease_holder(name)
+            host, _, rest = (held or "").partition(":")
+            pid = rest.partition(":")[0]
+            if held and host == socket.gethostname() and pid.isdigit() and not process_alive(int(pid)):
+                log.warning("taking over the %s lease of %s, a process that is gone", name, held)
+                self.state.release_lease(name, held)
+                got = self.state.acquire_lease(name, self.holder, ttl_s or self.lease_s)
         try:
             yield got
         finally:

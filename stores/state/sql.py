@@ -261,6 +261,17 @@ class SqlStateStore:
 
         return self.db.write("acquire lease", unit)
 
+    def lease_holder(self, name: str) -> str | None:
+        """Who holds the lease `name` now (None: nobody, or an expired holder)."""
+        now = int(time.time() * 1000)
+
+        def q(cur: Any) -> Any:
+            cur.execute(self.db.q("SELECT holder FROM leases WHERE name = ? AND expires_at > ?"), (name, now))
+            return cur.fetchone()
+
+        r = self.db.read("lease holder", q)
+        return None if r is None else str(r[0])
+
     def release_lease(self, name: str, holder: str) -> None:
         self.db.write(
             "release lease",

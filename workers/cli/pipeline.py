@@ -98,7 +98,20 @@ def wait_cmd(obj: Context, timeout: float) -> int:
     from workers.registry import Registry
 
     reg = Registry(obj.settings.broker_url)
-    done = reg.wait(timeout)
+    state = open_state_store(obj.settings.state_url)
+    final = {"applied", "side", "invalid", "orphan"}
+
+    def settled(ident: str) -> bool:
+        kind, _, h = ident.partition(":")
+        if kind != "block":
+            return False
+        e = state.get_block(hex_to_hash(h))
+        return e is not None and e.status.value in final
+
+    try:
+        done = reg.wait(timeout, settled=settled)
+    finally:
+        state.close()
     emit({"done": done, "pending": len(reg.pending())})
     return 0 if done else 1
 
