@@ -67,6 +67,10 @@ class Settings(BaseSettings):
     block_height_retention: PositiveInt = 288
     allow_missing_inputs: bool = False
 
+    # -- Flower ------------------------------------------------------------------------------------
+    flower_address: str = "127.0.0.1"
+    flower_basic_auth: str = ""  # "user:password[,user2:password2]"; required off loopback
+
     # -- pruner (seed 002) -----------------------------------------------------------------------
     pruner_job_timeout: PositiveSeconds = 600.0
     pruner_chunk_size: PositiveInt = 1000
@@ -126,6 +130,10 @@ class Settings(BaseSettings):
         for k, v in out.items():
             if k.endswith("_url") and isinstance(v, str):
                 out[k] = mask_url(v)
+        if out.get("flower_basic_auth"):
+            out["flower_basic_auth"] = ",".join(
+                f"{pair.split(':', 1)[0]}:***" for pair in str(out["flower_basic_auth"]).split(",")
+            )
         return out
 
 

@@ -17,6 +17,8 @@ CONTRACT_DEFAULTS = {
     "external_cache_mb": 64,
     "block_height_retention": 288,
     "allow_missing_inputs": False,
+    "flower_address": "127.0.0.1",
+    "flower_basic_auth": "",
 }
 SEED_DEFAULTS = {
     "pruner_job_timeout": 600,

@@ -151,3 +151,33 @@ def block_cmd(obj: Context, block_hash: str) -> None:
     if entry is None:
         raise NotFound(f"block {block_hash} is not known")
     emit(entry.to_json())
+
+
+LOOPBACK = ("127.", "::1", "localhost")
+
+
+@cli.command("flower")
+@click.option("--port", type=click.IntRange(1, 65535), default=5555, show_default=True)
+@click.option("--address", default=None, help="Listen address (UTXO_FLOWER_ADDRESS, default 127.0.0.1).")
+@click.pass_obj
+def flower_cmd(obj: Context, port: int, address: str | None) -> None:
+    """Flower on this app. Its pages and API ask for the credentials of UTXO_FLOWER_BASIC_AUTH;
+    without them it listens on loopback only (a non-loopback address is refused)."""
+    _export(obj)
+    s = obj.settings
+    addr = address or s.flower_address
+    auth = s.flower_basic_auth
+    if not auth and not addr.startswith(LOOPBACK):
+        raise BadInput(f"Flower on {addr} needs credentials: set UTXO_FLOWER_BASIC_AUTH=user:password")
+    if auth and not all(":" in pair and pair.split(":", 1)[0] for pair in auth.split(",")):
+        raise BadInput("UTXO_FLOWER_BASIC_AUTH must be user:password[,user:password…]")
+    args = [
+        sys.executable, "-m", "celery", "-A", "workers.app", "flower", f"--port={port}", f"--address={addr}",
+    ]
+    env = dict(os.environ)
+    if auth:
+        args.append(f"--basic-auth={auth}")
+    else:
+        env["FLOWER_UNAUTHENTICATED_API"] = "true"  # loopback only (checked above)
+    sys.stdout.flush()
+    os.execve(sys.executable, args, env)
