@@ -10,10 +10,11 @@ from celery import Task
 from chain import hex_to_hash
 from stores.utxo import StorageError
 from workers.app import app
-from workers.sequencer import ChainBusy
+from workers.sequencer import BlockMissing, ChainBusy
 from workers.services import services
 
 log = logging.getLogger("utxoflow.tasks")
+MISSING_RETRIES = 3  # a block whose bytes are nowhere is reported after this many tries
 
 
 @app.task(name="utxoflow.block.arrived", bind=True, max_retries=None)
@@ -30,6 +31,12 @@ def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
         seq.advance()
     except ChainBusy as e:  # another worker applies the chain; it may have missed this block
         raise self.retry(countdown=0.2) from e
+    except BlockMissing as e:  # maybe not written yet (another blob store replica): a few tries
+        if self.request.retries < MISSING_RETRIES:
+            raise self.retry(countdown=0.5 * (self.request.retries + 1)) from e
+        log.error("block %s given up: %s", block_hash, e)
+        svc.registry.done(ident)
+        return {"hash": block_hash, "status": "missing", "reason": str(e)}
     except StorageError as e:  # a store is down: the block waits, it is not lost
         log.warning("block %s: %s (will retry)", block_hash, e)
         raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e

@@ -2,7 +2,38 @@
 
 from __future__ import annotations
 
+import logging
+import uuid
+from typing import Any
+
 from celery import Celery
+from celery.signals import worker_ready
 
 app = Celery("utxoflow", include=["tasks.blocks", "tasks.txs"])
 app.config_from_object("celeryconfig")
+log = logging.getLogger("utxoflow.app")
+
+
+@worker_ready.connect
+def resume_the_chain(**_: Any) -> None:
+    """A worker starting finds the chain not at rest (a block half applied, or the best chain
+    ahead of the tip: its worker died with the message, which Redis gives back only after the
+    visibility timeout): it sends one block message to take it up. The task is idempotent."""
+    from stores.state import open_state_store
+    from workers.sequencer import APPLYING
+    from workers.settings import load_settings
+
+    try:
+        state = open_state_store(load_settings().state_url, create=False)
+    except Exception:
+        return
+    try:
+        best, tip = state.best_candidate(), state.tip()
+        if best is None or (state.get_meta(APPLYING) is None and tip is not None and tip.hash == best.hash):
+            return
+        h = best.hash[::-1].hex()
+        log.warning("the chain is not at rest (tip %s, best %s): resuming it",
+                    tip and tip.height, best.height)
+        app.send_task("utxoflow.block.arrived", args=[h, f"resume:{uuid.uuid4().hex[:12]}"])
+    finally:
+        state.close()

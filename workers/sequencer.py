@@ -75,6 +75,10 @@ def keep_block(blobs: BlobStore, block: Block, raw: bytes) -> None:
         blobs.put_if_absent(key, raw)
 
 
+class BlockMissing(StorageError):
+    """A block's bytes are not in the blob store (a message naming a block never stored)."""
+
+
 class ChainBusy(Exception):
     """Another worker holds the chain's lease: it applies the chain; try again shortly."""
 
@@ -428,9 +432,7 @@ class Sequencer:
         try:
             return parse_block(self.blobs.get(blob_key(h, "block")))
         except BlobNotFound:
-            raise StorageError(
-                f"block {h[::-1].hex()} is indexed but its bytes are not in the blob store"
-            ) from None
+            raise BlockMissing(f"block {h[::-1].hex()}: its bytes are not in the blob store") from None
         except ParseError as e:
             raise StorageError(f"block {h[::-1].hex()} in the blob store does not parse: {e}") from e
 

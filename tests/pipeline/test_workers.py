@@ -3,83 +3,12 @@ is compared with the independent model of tests/pipeline/chains.py."""
 
 from __future__ import annotations
 
-import os
-import random
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 import redis
 
 from stores.state import open_state_store
-from stores.utxo import open_utxo_store
 from tests.pipeline.chains import Chain, confirmed_model, spend
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class Pipeline:
-    def __init__(self, tmp: Path, broker: str) -> None:
-        self.tmp = tmp
-        self.env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "UTXO_STORE_URL": f"sqlite:///{tmp}/utxo.db",
-            "UTXO_STATE_URL": f"sqlite:///{tmp}/state.db",
-            "UTXO_BLOB_URL": f"file://{tmp}/blobs",
-            "UTXO_BROKER_URL": broker,
-            "UTXO_BATCH_SIZE": "50",
-        }
-        self.workers: list[subprocess.Popen[bytes]] = []
-
-    def utxo(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "workers.cli", *args], env=self.env, cwd=self.tmp,
-                              capture_output=True, text=True, timeout=timeout)
-
-    def start_worker(self, name: str) -> subprocess.Popen[bytes]:
-        log = open(self.tmp / f"{name}.log", "wb")
-        p = subprocess.Popen([sys.executable, "-m", "workers.cli", "worker", "-n", f"{name}@test"],
-                             env=self.env, cwd=self.tmp, stdout=log, stderr=subprocess.STDOUT)
-        self.workers.append(p)
-        deadline = time.monotonic() + 60
-        while b"ready" not in (self.tmp / f"{name}.log").read_bytes():
-            assert p.poll() is None, (self.tmp / f"{name}.log").read_text()
-            assert time.monotonic() < deadline, "worker did not start"
-            time.sleep(0.1)
-        return p
-
-    def stop(self) -> None:
-        for p in self.workers:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.workers:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-
-    def confirmed(self) -> set[tuple[bytes, int]]:
-        store = open_utxo_store(self.env["UTXO_STORE_URL"], batch_size=50, blob_url=self.env["UTXO_BLOB_URL"])
-        try:
-            return {(u.txid, u.vout) for u in store.iter_utxos(confirmed=True)}
-        finally:
-            store.close()
-
-
-@pytest.fixture
-def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
-    db = random.randint(8, 15)
-    broker = f"redis://127.0.0.1:6379/{db}"
-    redis.Redis.from_url(broker).flushdb()
-    p = Pipeline(tmp_path, broker)
-    yield p
-    p.stop()
-    redis.Redis.from_url(broker).flushdb()
+from tests.pipeline.workers import Pipeline, pipeline_fixture  # noqa: F401  (the fixture)
 
 
 @pytest.mark.timeout(240)

@@ -96,17 +96,27 @@ def enqueue_tx(obj: Context, files: tuple[str, ...]) -> None:
 def wait_cmd(obj: Context, timeout: float) -> int:
     """Return once everything enqueued so far has been processed (0), or on timeout (1)."""
     from workers.registry import Registry
+    from workers.sequencer import APPLYING
 
     reg = Registry(obj.settings.broker_url)
     state = open_state_store(obj.settings.state_url)
     final = {"applied", "side", "invalid", "orphan"}
 
     def settled(ident: str) -> bool:
+        """The block is final and the chain at rest (nothing being or left to be applied): a
+        block applied while its message's task still runs (to apply the orphans it connected,
+        whose own messages are done) is not settled yet."""
         kind, _, h = ident.partition(":")
         if kind != "block":
             return False
-        e = state.get_block(hex_to_hash(h))
-        return e is not None and e.status.value in final
+        try:
+            e = state.get_block(hex_to_hash(h))
+        except ValueError:  # not an id `utxo enqueue` makes: only its task can settle it
+            return False
+        if e is None or e.status.value not in final or state.get_meta(APPLYING) is not None:
+            return False
+        tip, best = state.tip(), state.best_candidate()
+        return best is None or (tip is not None and tip.hash == best.hash)
 
     try:
         done = reg.wait(timeout, settled=settled)

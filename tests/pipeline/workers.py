@@ -1,0 +1,195 @@
+"""Real `utxo worker` processes on a real Redis, for the end-to-end pipeline tests: a `Pipeline`
+is one deployment (SQLite stores and file blobs in a temporary directory, a random Redis
+database as the broker) that a test starts workers in, enqueues into, and inspects."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from chain import Tx
+from stores.state import StateStore, open_state_store
+from stores.utxo import UtxoStore, open_utxo_store
+from tests.pipeline.chains import Chain, seed
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Pipeline:
+    def __init__(self, tmp: Path, broker: str) -> None:
+        self.tmp = tmp
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "UTXO_STORE_URL": f"sqlite:///{tmp}/utxo.db",
+            "UTXO_STATE_URL": f"sqlite:///{tmp}/state.db",
+            "UTXO_BLOB_URL": f"file://{tmp}/blobs",
+            "UTXO_BROKER_URL": broker,
+            "UTXO_BATCH_SIZE": "50",
+        }
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.redis = redis.Redis.from_url(broker)
+
+    # -- commands ------------------------------------------------------------------------------
+    def utxo(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "workers.cli", *args], env=self.env, cwd=self.tmp,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def enqueue(self, kind: str, items: Sequence[bytes]) -> list[dict[str, Any]]:
+        """Write `items` (raw blocks or transactions) as a hex file and `utxo enqueue` it; the
+        lines it prints."""
+        r = self.enqueue_start(kind, items)
+        out, err = r.communicate(timeout=120)
+        assert r.returncode == 0, err
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert len(lines) == len(items), out
+        return lines
+
+    def enqueue_start(self, kind: str, items: Sequence[bytes]) -> subprocess.Popen[str]:
+        """`utxo enqueue` of `items`, started and left running (to act while it enqueues)."""
+        path = self.tmp / f"{kind}-{time.monotonic_ns()}.hex"
+        path.write_text("".join(i.hex() + "\n" for i in items))
+        return subprocess.Popen([sys.executable, "-m", "workers.cli", "enqueue", kind, path.name],
+                                env=self.env, cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+
+    def wait(self, timeout: float = 60) -> None:
+        """`utxo wait` returns 0: everything enqueued so far has been processed."""
+        r = self.utxo("wait", "--timeout", str(timeout), timeout=timeout + 30)
+        assert r.returncode == 0, r.stdout + r.stderr + self.logs()
+
+    def tip(self) -> dict[str, Any]:
+        r = self.utxo("tip")
+        assert r.returncode == 0, r.stdout + r.stderr
+        out: dict[str, Any] = json.loads(r.stdout)
+        return out
+
+    def tx(self, txid: str) -> dict[str, Any] | None:
+        """`utxo tx TXID` (None: not in the store)."""
+        r = self.utxo("tx", txid)
+        if r.returncode != 0:
+            assert "not in the store" in r.stderr, r.stdout + r.stderr
+            return None
+        out: dict[str, Any] = json.loads(r.stdout)
+        return out
+
+    # -- workers -------------------------------------------------------------------------------
+    def log_path(self, name: str) -> Path:
+        return self.tmp / f"{name}.log"
+
+    def log(self, name: str) -> str:
+        return self.log_path(name).read_text(errors="replace")
+
+    def logs(self) -> str:
+        return "".join(f"\n--- {p.stem} ---\n{p.read_text(errors='replace')}" for p in self.tmp.glob("*.log"))
+
+    def start_worker(self, name: str) -> subprocess.Popen[bytes]:
+        """A `utxo worker` in a process group of its own (so that a test can kill it whole)."""
+        log = open(self.log_path(name), "ab")
+        start = self.log_path(name).stat().st_size
+        p = subprocess.Popen([sys.executable, "-m", "workers.cli", "worker", "-n", f"{name}@test"],
+                             env=self.env, cwd=self.tmp, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        log.close()
+        self.workers.append(p)
+        deadline = time.monotonic() + 60
+        while b"ready" not in self.log_path(name).read_bytes()[start:]:
+            assert p.poll() is None, self.log(name)
+            assert time.monotonic() < deadline, "worker did not start"
+            time.sleep(0.1)
+        return p
+
+    def stop(self, graceful: bool = True) -> None:
+        """Stop every started worker: a warm shutdown (SIGTERM; killed after 20 s), or at once
+        (SIGKILL to each worker's process group: its main process and pool child)."""
+        for p in self.workers:
+            if graceful:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+                continue
+            try:  # the group too when its main process is gone: a pool child may outlive it
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for p in self.workers:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+    # -- stores --------------------------------------------------------------------------------
+    def open_utxo(self) -> UtxoStore:
+        return open_utxo_store(self.env["UTXO_STORE_URL"], batch_size=50, blob_url=self.env["UTXO_BLOB_URL"])
+
+    def open_state(self) -> StateStore:
+        return open_state_store(self.env["UTXO_STATE_URL"])
+
+    def seed(self, txs: Sequence[Tx]) -> Chain:
+        """Seed the (empty) UTXO store with a snapshot holding every output of `txs`; the branch
+        that continues it (chains.seed)."""
+        store = self.open_utxo()
+        try:
+            return seed(store, txs)
+        finally:
+            store.close()
+
+    def confirmed(self) -> set[tuple[bytes, int]]:
+        store = self.open_utxo()
+        try:
+            return {(u.txid, u.vout) for u in store.iter_utxos(confirmed=True)}
+        finally:
+            store.close()
+
+    def state_counts(self) -> dict[str, int]:
+        state = self.open_state()
+        try:
+            return state.counts()
+        finally:
+            state.close()
+
+
+def children(pid: int) -> list[int]:
+    """The pids of a process's children (from /proc/*/stat: no psutil here)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_bytes().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:  # state, then ppid
+            out.append(int(stat.parent.name))
+    return out
+
+
+def until(what: Callable[[], Any], timeout: float, poll: float = 0.02, why: str = "") -> Any:
+    """Poll `what` until it returns something true; that value (fails after `timeout` s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = what()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"timed out waiting: {why}"
+        time.sleep(poll)
+
+
+@pytest.fixture(name="pipeline")
+def pipeline_fixture(tmp_path: Path) -> Iterator[Pipeline]:
+    db = random.randint(8, 15)
+    broker = f"redis://127.0.0.1:6379/{db}"
+    redis.Redis.from_url(broker).flushdb()
+    p = Pipeline(tmp_path, broker)
+    yield p
+    p.stop(graceful=False)  # what a test checks, it checks before; the stores are thrown away
+    redis.Redis.from_url(broker).flushdb()
