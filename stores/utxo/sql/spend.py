@@ -49,6 +49,7 @@ SET_OUTPUT_STATE = (
 )
 SLOT = slots.SLOT
 Loc = tuple[bytearray, int, PageRow | None]  # (slots buffer, slot offset, child page or None)
+_NO_PAGES: dict[int, PageRow] = {}  # shared and never written: a one-record parent has no pages
 UNSPENT = slots.UNSPENT
 NO_HASH = slots.NO_HASH
 
@@ -76,7 +77,7 @@ class Parent:
         # A multi-record transaction: outputs from `page_size` on live in child pages, of which
         # those an operation needs are loaded (under the master's lock) into `pages`.
         self.page_size = 0
-        self.pages: dict[int, PageRow] = {}
+        self.pages: dict[int, PageRow] = _NO_PAGES  # replaced by a dict of its own when paged
 
     @property
     def check(self) -> tuple[bool, bool, bool, bool, int]:
@@ -174,6 +175,7 @@ class SpendMixin(PageMixin):
                 p = parents[bytes(r[1])] = Parent(r)
                 if r[16]:
                     p.page_size = self.batch_size
+                    p.pages = {}
                     paged = True
         if paged:
             size = self.batch_size
@@ -210,7 +212,12 @@ class SpendMixin(PageMixin):
             parents = self._lock_parents(
                 cur, parent_ids, ((i.prev_txid, i.prev_vout) for tx in txs for i in tx.inputs)
             )
-            fast = {t: p for t, p in parents.items() if p.plain(block_height)}
+            # `Parent.plain`, inlined: it runs for every parent of every block.
+            fast = {
+                t: p for t, p in parents.items()
+                if not ((r := p.row)[2] or r[3] or r[4] or r[16]) and r[14] == "{}"
+                and not (r[5] and block_height < r[6])
+            }
             results: list[list[Spend] | UtxoError] = []
             get = fast.get
             new = tuple.__new__

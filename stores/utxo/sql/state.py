@@ -32,9 +32,10 @@ MINED_COLS = (
 # `_finish_creations` before it is mined, never by clearing its flag blindly.
 SET_MINED = "UPDATE txs SET blocks = ?, locked = 0, unmined_since = ?, delete_at_height = ? WHERE id = ?"
 # The block list and the DAH are the same for every record of a call, so they are literals
-# (plain ints, validated before) and each row binds only its txid.
+# (plain ints, validated before) and each row binds only its txid. `creating` is 0 by the
+# guard and left out of SET, so the partial index on it is not touched.
 FIRST_MINING = (
-    "UPDATE txs SET blocks = '[{entry}]', locked = 0, creating = 0, unmined_since = NULL, "
+    "UPDATE txs SET blocks = '[{entry}]', locked = 0, unmined_since = NULL, "
     "delete_at_height = CASE WHEN preserve_until IS NOT NULL THEN NULL "
     "WHEN conflicting = 1 OR spent_utxos >= total_utxos THEN COALESCE(delete_at_height, {dah}) "
     "ELSE NULL END WHERE txid = ? AND blocks = '[]' AND creating = 0"
