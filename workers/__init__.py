@@ -1,2 +1,2 @@
-"""The logic that decides what runs when: settings, the `utxo` CLI, and (with the pipeline) the
-Celery app and the coordinators (chain sequencer, pruner job manager, recovery manager)."""
+"""The logic that decides what runs when: settings, the `utxo` CLI, the Celery app, the chain
+sequencer and block application, ingest; later the pruner job manager and recovery manager."""
