@@ -70,3 +70,25 @@ def test_a_refused_block_through_workers_leaves_the_tip(pipeline: Pipeline) -> N
     r = pipeline.utxo("block", parse_block(bad).hash[::-1].hex())
     assert r.returncode == 0 and '"status": "invalid"' in r.stdout and "already spent" in r.stdout, r.stdout
     assert pipeline.confirmed() == confirmed_model(chain.txs, base)
+
+
+@pytest.mark.timeout(240)
+def test_a_tx_of_more_than_20000_outputs_at_the_default_batch_size(pipeline: Pipeline) -> None:
+    """Two-phase creation inside a block applied by a worker: three records at 20,000 outputs
+    each; outputs on the first and last pages are spent in the next block."""
+    pipeline.env["UTXO_BATCH_SIZE"] = "20000"
+    funds = funding(1, satoshis=10**10)
+    base = outpoints(funds)
+    chain = pipeline.seed(funds)
+    pipeline.start_worker("w1")
+    big = spend((funds[0], 0), n_outputs=40_001, fee=10**5)
+    chain.add([big])
+    chain.add([spend((big, 0), (big, 20_000), (big, 40_000))])
+    pipeline.enqueue("block", chain.blocks)
+    pipeline.wait(120)
+    assert tip_hash(pipeline) == parse_block(chain.blocks[-1]).hash[::-1].hex()
+    meta = pipeline.tx(big.txid_hex)
+    assert meta is not None
+    assert (meta["total_extra_recs"], meta["external"], meta["creating"]) == (2, True, False)
+    assert meta["spent_utxos"] == 3
+    assert pipeline.confirmed() == confirmed_model(chain.txs, base)

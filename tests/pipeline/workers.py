@@ -131,7 +131,10 @@ class Pipeline:
 
     # -- stores --------------------------------------------------------------------------------
     def open_utxo(self) -> UtxoStore:
-        return open_utxo_store(self.env["UTXO_STORE_URL"], batch_size=50, blob_url=self.env["UTXO_BLOB_URL"])
+        return open_utxo_store(
+            self.env["UTXO_STORE_URL"], batch_size=int(self.env["UTXO_BATCH_SIZE"]),
+            blob_url=self.env["UTXO_BLOB_URL"],
+        )
 
     def open_state(self) -> StateStore:
         return open_state_store(self.env["UTXO_STATE_URL"])
