@@ -315,20 +315,10 @@ def _read_outputs(buf: bytes, pos: int) -> tuple[list[TxOut], int, int]:
 
 
 def tx_outputs(raw: bytes) -> list[TxOut]:
-    """Only the outputs of a standard-format transaction: the inputs are skipped, not built, and
-    no txid is computed (for readers that know the txid already, such as a UTXO listing)."""
-    blen = len(raw)
-    pos = 4
-    try:
-        n_in, pos = _varint_at(raw, pos, "input count")
-        for _ in range(n_in):
-            slen, pos = _varint_at(raw, pos + 36, "script length")
-            pos += slen + 4
-        if pos > blen:
-            raise ParseError("truncated transaction", blen)
-    except IndexError:
-        raise ParseError("truncated transaction", min(pos, blen)) from None
-    return _read_outputs(raw, pos)[0]
+    """Only the outputs of a transaction (standard or extended): the inputs are skipped, not
+    built, and no txid is computed (for readers that know the txid already, such as a UTXO
+    listing)."""
+    return _read_outputs(raw, outputs_offset(raw))[0]
 
 
 def outputs_offset(raw: bytes) -> int:
