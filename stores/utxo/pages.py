@@ -84,22 +84,38 @@ def page_count(n_outputs: int, batch_size: int) -> int:
     return max(1, -(-n_outputs // batch_size))
 
 
-def page_slots(tx: Tx, index: int, batch_size: int, frozen: bool = False) -> tuple[bytes, int]:
-    """The packed slots of page `index` of `tx`, and how many of them are real UTXOs."""
+def tx_slots(tx: Tx, start: int = 0, stop: int | None = None, frozen: bool = False) -> tuple[bytes, int]:
+    """The packed slots of outputs `start`…`stop`-1 of `tx` (all of them by default), unspent or
+    frozen, and how many of them are real UTXOs. The one-record create path calls this for
+    every transaction of every block, so the UTXO hash is inlined with its VarInts."""
     txid = tx.txid
-    start = index * batch_size
+    outs = tx.outputs if start == 0 and stop is None else tx.outputs[start:stop]
     parts: list[bytes] = []
     n = 0
     spend = slots.FROZEN if frozen else slots.UNSPENT
-    for vout, o in enumerate(tx.outputs[start : start + batch_size], start):
+    for vout, o in enumerate(outs, start):
         sats, script = o.satoshis, o.script
         if sats == 0 and (script[:1] == b"\x6a" or script[:2] == b"\x00\x6a"):
             parts.append(slots.EMPTY_SLOT)
             continue
-        parts.append(sha256(txid + varint(vout) + script + varint(sats)).digest())
+        vb = bytes((vout,)) if vout < 0xFD else varint(vout)
+        if sats < 0xFD:
+            sb = bytes((sats,))
+        elif sats > 0xFFFFFFFF:
+            sb = b"\xff" + sats.to_bytes(8, "little")
+        elif sats > 0xFFFF:
+            sb = b"\xfe" + sats.to_bytes(4, "little")
+        else:
+            sb = b"\xfd" + sats.to_bytes(2, "little")
+        parts.append(sha256(txid + vb + script + sb).digest())
         parts.append(spend)
         n += 1
     return b"".join(parts), n
+
+
+def page_slots(tx: Tx, index: int, batch_size: int, frozen: bool = False) -> tuple[bytes, int]:
+    """The packed slots of page `index` of `tx`, and how many of them are real UTXOs."""
+    return tx_slots(tx, index * batch_size, (index + 1) * batch_size, frozen)
 
 
 def count_utxos(tx: Tx) -> int:

@@ -20,15 +20,13 @@ import logging
 import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from hashlib import sha256
 from typing import Any
 
 from chain import Tx, hash_to_hex, is_data_carrier, utxo_hash
-from chain.tx import varint
 from stores.utxo import slots, twophase, validate
 from stores.utxo.errors import ProcessingError, StorageError, TxExists, UtxoError
 from stores.utxo.gcpause import gc_paused
-from stores.utxo.pages import MasterRecord, Page
+from stores.utxo.pages import MasterRecord, Page, tx_slots
 from stores.utxo.records import BlockInfo, OutputInfo, TxMeta, Utxo
 from stores.utxo.rules import COINBASE_MATURITY, next_dah
 from stores.utxo.sql.pages import PageMixin, master_row
@@ -76,38 +74,8 @@ class _Raced(Exception):
     """Another writer inserted one of our txids between our check and our insert."""
 
 
-def utxo_slots(tx: Tx) -> tuple[bytes, int]:
-    """The packed unspent slots of a transaction's outputs, and how many are real UTXOs."""
-    txid = tx.txid
-    parts = []
-    n = 0
-    for vout, o in enumerate(tx.outputs):
-        sats, script = o.satoshis, o.script
-        if sats == 0 and (script[:1] == b"\x6a" or script[:2] == b"\x00\x6a"):
-            parts.append(slots.EMPTY_SLOT)
-            continue
-        # utxo_hash, inlined with its VarInts: this runs for every output of every block.
-        vb = bytes((vout,)) if vout < 0xFD else varint(vout)
-        if sats < 0xFD:
-            sb = bytes((sats,))
-        elif sats > 0xFFFFFFFF:
-            sb = b"\xff" + sats.to_bytes(8, "little")
-        elif sats > 0xFFFF:
-            sb = b"\xfe" + sats.to_bytes(4, "little")
-        else:
-            sb = b"\xfd" + sats.to_bytes(2, "little")
-        parts.append(sha256(txid + vb + script + sb).digest())
-        parts.append(slots.UNSPENT)
-        n += 1
-    return b"".join(parts), n
-
-
-def freeze_all(packed: bytes) -> bytes:
-    """The same slots with every real UTXO frozen."""
-    return b"".join(
-        s if s[:32] == slots.NO_HASH else s[:32] + slots.FROZEN
-        for s in (packed[k : k + slots.SLOT] for k in range(0, len(packed), slots.SLOT))
-    )
+# The slots of a one-record transaction: the builder pages share (an alias for the benchmarks).
+utxo_slots = tx_slots
 
 
 class CreateMixin(PageMixin):
@@ -177,9 +145,7 @@ class CreateMixin(PageMixin):
             if ext_all or len(tx.raw) > max_size or len(tx.outputs) > batch_size:
                 external.append(i)
                 continue
-            packed, n_utxos = utxo_slots(tx)
-            if frozen:
-                packed = freeze_all(packed)
+            packed, n_utxos = tx_slots(tx, frozen=frozen)
             ins = tx.inputs
             coinbase = len(ins) == 1 and ins[0].prev_vout == 0xFFFFFFFF and ins[0].prev_txid == NO_HASH
             inpoints = [] if coinbase else [(i.prev_txid, i.prev_vout) for i in ins]
