@@ -14,7 +14,7 @@ Contract every backend keeps (the conformance suite in tests/stores checks each)
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from chain import Tx
 from stores.utxo.errors import UtxoError
@@ -30,15 +30,43 @@ from stores.utxo.records import (
     UtxoStats,
 )
 
+if TYPE_CHECKING:
+    from stores.utxo.external import ExternalTxs
+
 Outpoint = tuple[bytes, int]
 
 
+class PagedRecords(Protocol):
+    """The record-level calls a backend gives the coordinator."""
+
+    batch_size: int
+    retention: int
+    external: ExternalTxs
+
+    def _height(self, hint: int = 0) -> int: ...
+    def acquire_creation_lock(
+        self, txid: bytes, expected_recs: int, options: dict[str, Any] | None = None
+    ) -> CreationLock | None: ...
+    def creation_options(self, txid: bytes) -> dict[str, Any] | None: ...
+    def release_creation_lock(self, lock: CreationLock) -> bool: ...
+    def creation_state(self, txid: bytes) -> CreationState | None: ...
+    def create_master(
+        self, rec: MasterRecord, creating: bool = True, options: dict[str, Any] | None = None
+    ) -> bool: ...
+    def create_page(self, page: Page) -> bool: ...
+    def clear_creating_children(self, txid: bytes) -> int: ...
+    def clear_creating_master(self, txid: bytes) -> bool: ...
+
+
 @runtime_checkable
-class UtxoStore(Protocol):
+class UtxoStore(PagedRecords, Protocol):
+    """Everything a backend offers; the record-level calls of two-phase creation (and
+    `batch_size`: outputs per record, fixed when the store was created) come from
+    `PagedRecords`, the coordinator's view of a backend."""
+
     url: str
     block_height: int
     retention: int
-    batch_size: int  # outputs per record; fixed when the store was created
 
     # -- creation ---------------------------------------------------------------------------
     def create_many(
@@ -113,20 +141,8 @@ class UtxoStore(Protocol):
     def query_old_unmined(self, cutoff: int) -> list[bytes]: ...
     def set_block_height(self, height: int) -> None: ...
 
-    # -- two-phase creation (stores.utxo.twophase drives these) -------------------------------
-    def acquire_creation_lock(
-        self, txid: bytes, expected_recs: int, options: dict[str, Any] | None = None
-    ) -> CreationLock | None: ...
-    def release_creation_lock(self, lock: CreationLock) -> bool: ...
+    # -- two-phase creation: the record-level calls are `PagedRecords`'s ------------
     def get_creation_lock(self, txid: bytes) -> CreationLock | None: ...
-    def creation_options(self, txid: bytes) -> dict[str, Any] | None: ...
-    def creation_state(self, txid: bytes) -> CreationState | None: ...
-    def create_master(
-        self, rec: MasterRecord, creating: bool = True, options: dict[str, Any] | None = None
-    ) -> bool: ...
-    def create_page(self, page: Page) -> bool: ...
-    def clear_creating_children(self, txid: bytes) -> int: ...
-    def clear_creating_master(self, txid: bytes) -> bool: ...
     def complete_creation(self, txid: bytes, block_height: int | None = None) -> bool:
         """Finish a half-done multi-record creation (a reader that meets `creating` may ask)."""
         ...

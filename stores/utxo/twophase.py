@@ -32,13 +32,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
 
 from chain import Tx, hash_to_hex
 from stores.blob.protocol import BlobNotFound
 from stores.utxo.errors import StorageError, TxExists, UtxoError
-from stores.utxo.external import ExternalTxs
-from stores.utxo.pages import CreationState, MasterRecord, Page, count_utxos, page_count, page_slots
+from stores.utxo.pages import MasterRecord, Page, count_utxos, page_count, page_slots
+from stores.utxo.protocol import PagedRecords
 from stores.utxo.records import BlockInfo, CreationLock, TxMeta
 from stores.utxo.rules import COINBASE_MATURITY, next_dah
 
@@ -58,28 +57,6 @@ def park(point: str) -> None:
         Path(marker).write_text(f"{os.getpid()} {point}\n")
     while True:
         time.sleep(3600)
-
-
-class PagedRecords(Protocol):
-    """The record-level calls a backend gives the coordinator."""
-
-    batch_size: int
-    retention: int
-    external: ExternalTxs
-
-    def _height(self, hint: int = 0) -> int: ...
-    def acquire_creation_lock(
-        self, txid: bytes, expected_recs: int, options: dict[str, Any] | None = None
-    ) -> CreationLock | None: ...
-    def creation_options(self, txid: bytes) -> dict[str, Any] | None: ...
-    def release_creation_lock(self, lock: CreationLock) -> bool: ...
-    def creation_state(self, txid: bytes) -> CreationState | None: ...
-    def create_master(
-        self, rec: MasterRecord, creating: bool = True, options: dict[str, Any] | None = None
-    ) -> bool: ...
-    def create_page(self, page: Page) -> bool: ...
-    def clear_creating_children(self, txid: bytes) -> int: ...
-    def clear_creating_master(self, txid: bytes) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
