@@ -1,7 +1,8 @@
 """The state store: the chain's block index (hash, parent, height, cumulative work, status),
-the best-chain tip, per-block undo records and named leases; SQLite or PostgreSQL by URL."""
+the best-chain tip, per-block undo records, named leases and the registry of pending messages;
+SQLite or PostgreSQL by URL."""
 
 from stores.state.factory import open_state_store
-from stores.state.protocol import BlockEntry, BlockStatus, StateStore
+from stores.state.protocol import PENDING_KINDS, BlockEntry, BlockStatus, PendingEntry, StateStore
 
-__all__ = ["BlockEntry", "BlockStatus", "StateStore", "open_state_store"]
+__all__ = ["PENDING_KINDS", "BlockEntry", "BlockStatus", "PendingEntry", "StateStore", "open_state_store"]

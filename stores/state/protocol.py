@@ -5,7 +5,10 @@ Invariants every backend keeps (tests/state checks each):
 - `best_candidate` is the connected block of most cumulative work that is neither invalid nor
   an orphan; among equals, the first seen (lowest arrival order) wins, so ties keep the chain.
 - An undo record is written before a block's first change and read back whole.
-- A lease has at most one holder until it expires.
+- A lease has at most one holder until it expires; so has a chunk unit (see chunks.py).
+- A pending message (`PendingEntry`) stays until it is removed, whatever happens to the broker;
+  `claim_pending` hands an entry to one caller only (two scans racing never both re-send it)
+  and marks it sent, now, under the broker run the caller names.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from chain import hash_to_hex
+from stores.state.chunks import Unit, UnitState
 
 
 class BlockStatus(enum.StrEnum):
@@ -44,6 +48,23 @@ class BlockEntry:
         if self.reason:
             d["reason"] = self.reason
         return d
+
+
+PENDING_KINDS = ("block", "tx")
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEntry:
+    """A message enqueued and not yet finished for good (workers/registry.py)."""
+
+    ident: str  # the message's id, "<kind>:<key>" as `utxo enqueue` makes it
+    kind: str  # one of PENDING_KINDS: which task the message is for
+    key: str  # the block hash or txid (display hex): the task's argument
+    seq: int  # registration order (kept when the same ident is added again)
+    enqueued_at: float  # seconds since the epoch: first added
+    sent_at: float  # seconds since the epoch: last (re-)sent
+    broker_run: str  # the broker's identity when last sent ("" unknown): a new one lost the queue
+    sends: int  # how many times it has been sent
 
 
 @runtime_checkable
@@ -80,4 +101,38 @@ class StateStore(Protocol):
 
     def lease_holder(self, name: str) -> str | None: ...
     def release_lease(self, name: str, holder: str) -> None: ...
+
+    # The chunk board (stores/state/chunks.py): a block phase's units, claimed by workers.
+    def post_units(self, block: bytes, phase: str, run: str, specs: list[dict[str, Any]]) -> None: ...
+    def claim_unit(self, block: bytes, phase: str, run: str, holder: str, ttl_s: float,
+                   take_over: str | None = None) -> Unit | None: ...
+    def finish_unit(self, block: bytes, phase: str, run: str, idx: int, holder: str,
+                    result: dict[str, Any] | None) -> bool: ...
+    def cancel_units(self, block: bytes, phase: str, run: str) -> None: ...
+    def unit_states(self, block: bytes, phase: str, run: str) -> list[UnitState]: ...
+    def drop_units(self, block: bytes, phase: str | None = None) -> None: ...
+
+    # The registry of pending messages (stores/state/pending.py, workers/registry.py).
+    def add_pending(self, ident: str, kind: str, key: str, broker_run: str) -> None:
+        """Register a message about to be sent (ValueError: unknown kind). An ident already
+        pending keeps its place and enqueued time; its sent time, run and count are updated."""
+
+    def remove_pending(self, ident: str) -> None:
+        """The message is finished for good (removing what is not there is harmless)."""
+
+    def pending(self, upto: int | None = None) -> list[PendingEntry]:
+        """Pending entries in registration order; with `upto`, only those whose seq ≤ it."""
+
+    def claim_pending(
+        self, broker_run: str | None, older_than_s: float, limit: int, after: int = 0
+    ) -> list[PendingEntry]:
+        """The first `limit` entries (registration order) past seq `after` that were sent under
+        another broker run than `broker_run` (None: the run is not known, only age counts) or
+        more than `older_than_s` seconds ago; each is marked sent now under `broker_run` (count
+        + 1) in the same transaction, and returned as it was before."""
+
+    def unclaim_pending(self, idents: list[str]) -> None:
+        """These claimed entries were not sent after all: the next claim takes them whatever
+        the broker run or age; entries no longer pending are left out."""
+
     def close(self) -> None: ...

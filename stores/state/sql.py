@@ -1,4 +1,5 @@
-"""The state store on SQLite or PostgreSQL: tables `blocks`, `chain` (the tip), `undo`, `leases`.
+"""The state store on SQLite or PostgreSQL: tables `blocks`, `chain` (the tip), `undo`, `leases`,
+and `pending` (the registry of pending messages: stores/state/pending.py).
 
 Cumulative work is kept as 64 hex digits, zero-padded, so that ordering the text orders the
 numbers on both databases (work can exceed any integer column).
@@ -11,6 +12,8 @@ import time
 from typing import Any
 
 from stores.sqldb import Database
+from stores.state.chunks import ChunkBoardMixin, chunk_ddl
+from stores.state.pending import PendingTable, pending_ddl
 from stores.state.protocol import BlockEntry, BlockStatus
 from stores.utxo.errors import StorageError
 
@@ -40,6 +43,7 @@ def _ddl(blob: str, bigint: str) -> list[str]:
         f"""CREATE TABLE IF NOT EXISTS leases (
             name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at {bigint} NOT NULL
         )""",
+        *chunk_ddl(blob, bigint),
     ]
 
 
@@ -58,7 +62,7 @@ def _entry(r: Any) -> BlockEntry:
     )
 
 
-class SqlStateStore:
+class SqlStateStore(ChunkBoardMixin, PendingTable):
     def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = url
         self._create = create
@@ -79,7 +83,9 @@ class SqlStateStore:
             )
             if not cur.fetchone()[0]:
                 raise StorageError(f"no state store at {self.db.url_safe}")
-        for stmt in _ddl(self.db.blob, self.db.bigint):
+        # a store made before `pending` existed gains the table here: nothing else changed, so the
+        # schema version stays
+        for stmt in _ddl(self.db.blob, self.db.bigint) + pending_ddl(self.db.dialect):
             cur.execute(stmt)
         cur.execute(self.db.q("SELECT value FROM chain WHERE key = 'schema'"))
         r = cur.fetchone()
