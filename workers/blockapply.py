@@ -1,9 +1,10 @@
 """Applying one block to the UTXO store, and taking it back (ARCHITECTURE "Applying a block").
 
-A block is applied in three phases, each over chunks of its transactions: create the
-transactions the store does not hold yet (unmined), spend every input, then mark every
-transaction mined in this block. The chunks of a phase are independent, so the pipeline runs
-them as parallel tasks; here they run in turn.
+A block is applied in three phases, each over units of its transactions: create the
+transactions the store does not hold yet (unmined; a multi-record one's child pages are units
+of their own), spend every input, then mark every transaction mined in this block. The units
+of a phase are independent: a `Fanout` runs them, in turn here (`LocalFanout`) or shared with
+other workers as tasks (`workers.fanout.TaskFanout`).
 
 Invariants:
 - The undo record (the txids this block creates) is written before the first change, so a
@@ -39,11 +40,14 @@ from stores.utxo import (
     UtxoMismatch,
     UtxoSpent,
     UtxoStore,
+    twophase,
 )
 from stores.utxo.records import Spend
+from workers.fanout import Fanout, LocalFanout, Result
 
 log = logging.getLogger("utxoflow.blocks")
 NO_HASH = b"\x00" * 32
+MAX_UNITS = 64  # units per phase at most: enough for as many workers, few enough to stay cheap
 
 
 class BlockRefused(Exception):
@@ -70,7 +74,8 @@ def spends_of(tx: Tx) -> list[Spend]:
 class BlockApplier:
     utxo: UtxoStore
     allow_missing_inputs: bool = False
-    chunk: int = 2000
+    chunk: int = 1000  # transactions per unit: big enough that per-unit overhead stays small
+    fanout: Fanout = dataclasses.field(default_factory=LocalFanout)
     _undo: dict[str, Any] | None = None
     _save: Callable[[dict[str, Any]], None] | None = None
 
@@ -95,14 +100,15 @@ class BlockApplier:
         StorageError leaves it for a retry."""
         self._undo, self._save = undo, save
         created = {bytes.fromhex(h) for h in undo["created"]}
+        ctx = {"height": height, "block_id": block_id}
         try:
             self.check_known(block, created)
-            self.create_phase([t for t in block.txs if t.txid in created], height)
-            skipped = self.spend_phase(block, height)
+            self.create_phase(block, created, ctx)
+            skipped = self.spend_phase(block, ctx)
         except BlockRefused:
             self.rollback(block, undo)
             raise
-        self.mine_phase(block, height, block_id)
+        self.mine_phase(block, ctx)
         self.utxo.set_block_height(height)
         return {"txs": len(block.txs), "created": len(created), "missing_inputs": skipped}
 
@@ -135,42 +141,137 @@ class BlockApplier:
                         f"{hash_to_hex(i.prev_txid)}, which is not mined on this chain"
                     )
 
-    def create_phase(self, txs: Sequence[Tx], height: int) -> None:
-        for part in chunks(txs, self.chunk):
-            for tx, r in zip(part, self.utxo.create_many(list(part), height)):
-                if isinstance(r, TxExists):
-                    continue  # a redelivered chunk, or a tx that arrived meanwhile: fine
-                if isinstance(r, StorageError):
-                    raise r
-                if isinstance(r, UtxoError):
-                    raise BlockRefused(f"tx {tx.txid_hex}: {r}")
+    # -- the phases, as units a fanout runs ------------------------------------------------------
+    def _run(
+        self, block: Block, phase: str, ctx: dict[str, int], specs: list[dict[str, Any]]
+    ) -> list[Result]:
+        results = self.fanout.run(self, block, phase, ctx, specs)
+        for r in results:
+            if "refused" in r:
+                raise BlockRefused(r["refused"])
+        return results
 
-    def spend_phase(self, block: Block, height: int) -> int:
-        """Spend every input; returns how many were skipped as missing (allow-missing mode)."""
-        in_block = {t.txid for t in block.txs}
-        txs = [t for t in block.txs if not t.is_coinbase]
-        skipped = 0
-        for part in chunks(txs, self.chunk):
-            pending = list(part)
-            for _round in range(len(pending) + 1):
-                results = self.utxo.spend_many(pending, height, missing_ok=self.allow_missing_inputs)
-                retry = []
-                for tx, r in zip(pending, results):
-                    if isinstance(r, list):
-                        skipped += len(tx.inputs) - len(r)
-                        continue
-                    if self._resolve(tx, r, in_block):
-                        retry.append(tx)
-                if not retry:
-                    break
-                pending = retry
+    def _size(self, n: int) -> int:
+        """Transactions per unit for a phase over `n`: `chunk`, or more for a huge block, so
+        that a phase has at most MAX_UNITS units (each costs two state-store writes)."""
+        return max(self.chunk, -(-n // MAX_UNITS))
+
+    def _ranges(self, start: int, end: int) -> list[dict[str, Any]]:
+        size = self._size(end - start)
+        return [{"start": i, "end": min(i + size, end)} for i in range(start, end, size)]
+
+    def create_phase(self, block: Block, created: set[bytes], ctx: dict[str, int]) -> None:
+        """Create the block's new transactions: the one-record ones in chunks of `chunk`; a
+        multi-record one begun here (lock, blob, master), its child pages as units of their
+        own, so that several workers write them, then finished here."""
+        b = self.utxo.batch_size
+        new = [i for i, t in enumerate(block.txs) if t.txid in created]
+        small = [i for i in new if len(block.txs[i].outputs) <= b]
+        specs: list[dict[str, Any]] = [{"txs": list(p)} for p in chunks(small, self._size(len(small)))]
+        begun: list[twophase.Creation] = []
+        try:
+            for i in new:
+                tx = block.txs[i]
+                if len(tx.outputs) <= b:
+                    continue
+                try:
+                    c = self.utxo.begin_paged(tx, ctx["height"], block.txs)
+                except TxExists:
+                    continue  # another worker creates it; the spend phase finishes it if need be
+                except StorageError:
+                    raise
+                except UtxoError as e:
+                    raise BlockRefused(f"tx {tx.txid_hex}: {e}") from e
+                begun.append(c)
+                specs += [{"tx": i, "pages": list(p), "frozen": c.frozen} for p in chunks(c.missing, 1)]
+            self._run(block, "create", ctx, specs)
+        finally:
+            for c in begun:
+                try:
+                    twophase.end_creation(self.utxo, c)
+                except UtxoError as e:  # the lock lapses by itself; recovery clears the flags
+                    log.warning("finishing the creation of tx %s: %s", hash_to_hex(c.txid), e)
+
+    def spend_phase(self, block: Block, ctx: dict[str, int]) -> int:
+        """Spend every input; returns how many were skipped as missing (allow-missing mode).
+        Spends that meet a mempool spender are left by the units and resolved here, one
+        process making the conflicts (their undo notes must not race)."""
+        results = self._run(block, "spend", ctx, self._ranges(0, len(block.txs)))
+        skipped = sum(r.get("skipped", 0) for r in results)
+        deferred = sorted(i for r in results for i in r.get("defer", []))
+        if deferred:
+            skipped += self._spend(block, [block.txs[i] for i in deferred], ctx["height"], resolve=True)[0]
         return skipped
 
-    def _resolve(self, tx: Tx, err: UtxoError, in_block: set[bytes]) -> bool:
-        """Decide a failed spend: True when the conflict was resolved and the tx should try
-        again; raises BlockRefused for a rule the block breaks."""
+    def mine_phase(self, block: Block, ctx: dict[str, int]) -> None:
+        txids = [t.txid for t in block.txs]
+        # A tx that a reorg made conflicting and this block mines again is no longer conflicting.
+        again = self.utxo.existing(txids, conflicting=True)
+        if again:
+            self.utxo.set_conflicting(sorted(again), False)
+        self._run(block, "mine", ctx, self._ranges(0, len(txids)))
+
+    def execute(self, block: Block, phase: str, ctx: dict[str, int], spec: dict[str, Any]) -> Result:
+        """Run one unit (whichever worker claimed it): {} or counts when done, `refused` with
+        the reason when the block breaks a rule; StorageError propagates."""
+        height = ctx["height"]
+        try:
+            if phase == "create":
+                if "tx" in spec:
+                    twophase.write_pages(self.utxo, block.txs[spec["tx"]], spec["pages"], spec["frozen"])
+                    return {}
+                txs = [block.txs[i] for i in spec["txs"]]
+                for tx, made in zip(txs, self.utxo.create_many(txs, height)):
+                    if isinstance(made, TxExists):
+                        continue  # a redelivered unit, or a tx that arrived meanwhile: fine
+                    if isinstance(made, StorageError):
+                        raise made
+                    if isinstance(made, UtxoError):
+                        raise BlockRefused(f"tx {tx.txid_hex}: {made}")
+                return {}
+            part = block.txs[spec["start"] : spec["end"]]
+            if phase == "spend":
+                skipped, defer = self._spend(block, [t for t in part if not t.is_coinbase], height)
+                index = {t.txid: spec["start"] + k for k, t in enumerate(part)}
+                return {"skipped": skipped, "defer": [index[t.txid] for t in defer]}
+            if phase == "mine":
+                txids = [t.txid for t in part]
+                for t, m in zip(txids, self.utxo.set_mined_multi(txids, ctx["block_id"], height)):
+                    if isinstance(m, UtxoError):
+                        raise StorageError(f"setting tx {hash_to_hex(t)} mined failed: {m}")
+                return {}
+        except BlockRefused as r:
+            return {"refused": r.reason}
+        raise ValueError(f"unknown block phase {phase!r}")
+
+    def _spend(self, block: Block, txs: list[Tx], height: int, resolve: bool = False) -> tuple[int, list[Tx]]:
+        """Spend these transactions' inputs: (inputs skipped as missing, transactions left for
+        the coordinator because a mempool tx spent an output first — or, with `resolve`, that
+        spender made conflicting and the spend done)."""
+        in_block = {t.txid for t in block.txs}
+        skipped = 0
+        deferred: list[Tx] = []
+        pending = txs
+        for _round in range(len(pending) + 1):
+            if not pending:
+                break
+            results = self.utxo.spend_many(pending, height, missing_ok=self.allow_missing_inputs)
+            retry: list[Tx] = []
+            for tx, r in zip(pending, results):
+                if isinstance(r, list):
+                    skipped += len(tx.inputs) - len(r)
+                    continue
+                verdict = self._resolve(tx, r, in_block, resolve)
+                (retry if verdict == "retry" else deferred).append(tx)
+            pending = retry
+        return skipped, deferred
+
+    def _resolve(self, tx: Tx, err: UtxoError, in_block: set[bytes], conflicts: bool) -> str:
+        """Decide a failed spend: "retry" when resolved and the tx should try again, "defer"
+        when a mempool tx holds an output (and `conflicts` is off); raises BlockRefused for a
+        rule the block breaks."""
         errors = err.errors if isinstance(err, SpendRejected) else [(0, err)]
-        retry = False
+        verdict = "retry"
         for vin, e in errors:
             where = f"tx {tx.txid_hex} input {vin}"
             if isinstance(e, UtxoSpent):
@@ -179,12 +280,13 @@ class BlockApplier:
                     raise BlockRefused(f"{where}: double spend within the block ({e})")
                 if self._mined(spender):
                     raise BlockRefused(f"{where}: spends an output already spent on this chain ({e})")
-                self.make_conflicting([spender])
-                retry = True
+                if conflicts:
+                    self.make_conflicting([spender])
+                else:
+                    verdict = "defer"
             elif isinstance(e, TxCreating):
                 if e.outpoint is None or not self.utxo.complete_creation(e.outpoint[0]):
                     raise StorageError(f"{where}: its parent's creation cannot be finished yet")
-                retry = True
             elif isinstance(e, TxCoinbaseImmature):
                 raise BlockRefused(f"{where}: spends an immature coinbase ({e})")
             elif isinstance(e, TxNotFound):  # the parent, or the output, does not exist
@@ -195,7 +297,7 @@ class BlockApplier:
                 raise e
             else:
                 raise BlockRefused(f"{where}: {e}")
-        return retry
+        return verdict
 
     def _mined(self, txid: bytes) -> bool:
         try:
@@ -231,17 +333,6 @@ class BlockApplier:
                 todo += [o.spending_txid for o in outs.values() if o.spending_txid is not None]
             self.utxo.set_conflicting([t], True)
             log.info("tx %s is conflicting with the chain", hash_to_hex(t))
-
-    def mine_phase(self, block: Block, height: int, block_id: int) -> None:
-        txids = [t.txid for t in block.txs]
-        # A tx that a reorg made conflicting and this block mines again is no longer conflicting.
-        again = self.utxo.existing(txids, conflicting=True)
-        if again:
-            self.utxo.set_conflicting(sorted(again), False)
-        for part in chunks(txids, self.chunk):
-            for t, r in zip(part, self.utxo.set_mined_multi(list(part), block_id, height)):
-                if isinstance(r, UtxoError):
-                    raise StorageError(f"setting tx {hash_to_hex(t)} mined failed: {r}")
 
     # -- take back -----------------------------------------------------------------------------
     def rollback(self, block: Block, undo: dict[str, Any]) -> None:

@@ -32,6 +32,7 @@ from stores.state import BlockEntry, BlockStatus, StateStore
 from stores.utxo import StorageError, UtxoStore
 from stores.utxo.sql.locks import process_alive
 from workers.blockapply import BlockApplier, BlockRefused
+from workers.fanout import Fanout, LocalFanout
 
 log = logging.getLogger("utxoflow.sequencer")
 
@@ -116,11 +117,14 @@ class Sequencer:
         *,
         allow_missing_inputs: bool = False,
         lease_s: float = 120.0,
+        chunk_txs: int = 1000,
+        fanout: Fanout | None = None,
     ) -> None:
         self.utxo = utxo
         self.state = state
         self.blobs = blobs
-        self.applier = BlockApplier(utxo, allow_missing_inputs=allow_missing_inputs)
+        self.applier = BlockApplier(utxo, allow_missing_inputs=allow_missing_inputs, chunk=chunk_txs,
+                                    fanout=fanout or LocalFanout())
         self.lease_s = lease_s
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
 

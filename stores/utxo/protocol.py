@@ -32,6 +32,7 @@ from stores.utxo.records import (
 
 if TYPE_CHECKING:
     from stores.utxo.external import ExternalTxs
+    from stores.utxo.twophase import Creation
 
 Outpoint = tuple[bytes, int]
 
@@ -88,6 +89,12 @@ class UtxoStore(PagedRecords, Protocol):
         conflicting: bool = False,
         frozen: bool = False,
     ) -> TxMeta: ...
+
+    def begin_paged(self, tx: Tx, block_height: int, batch: Sequence[Tx] = ()) -> Creation:
+        """Steps 1–3 of two-phase creation for a multi-record tx (lock, blob, master page;
+        previous outputs found in `batch` or the store make the blob extended), so that its
+        child pages can be written by several workers (`twophase.write_pages`) before
+        `twophase.end_creation`. TxExists as `create`."""
 
     def import_utxos(
         self,

@@ -214,11 +214,12 @@ def _half_apply(seq: Sequencer, block: Block, stage: str) -> None:
     seq.state.put_undo(block.hash, undo)
     seq.state.set_meta(APPLYING, block.hash.hex())
     created = {bytes.fromhex(h) for h in undo["created"]}
-    seq.applier.create_phase([t for t in block.txs if t.txid in created], e.height)
+    ctx = {"height": e.height, "block_id": e.block_id}
+    seq.applier.create_phase(block, created, ctx)
     if stage in ("spent", "mined"):
-        seq.applier.spend_phase(block, e.height)
+        seq.applier.spend_phase(block, ctx)
     if stage == "mined":
-        seq.applier.mine_phase(block, e.height, e.block_id)
+        seq.applier.mine_phase(block, ctx)
         seq.utxo.set_block_height(e.height)
 
 

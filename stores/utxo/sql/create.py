@@ -217,6 +217,17 @@ class CreateMixin(PageMixin):
             for i in self._insert_new("create", todo, self._q(INSERT_TX)):
                 results[i] = TxExists(f"tx {hash_to_hex(txs[i].txid)} already exists", txid=txs[i].txid)
 
+    def begin_paged(self, tx: Tx, block_height: int, batch: Sequence[Tx] = ()) -> twophase.Creation:
+        validate.height("block_height", block_height)
+        if not tx.outputs:
+            raise ProcessingError(f"tx {tx.txid_hex} has no outputs", txid=tx.txid)
+        tx = self._extend([tx], batch).get(tx.txid, tx)
+        rec = twophase.master_record(
+            self, tx, block_height, (), locked=False, conflicting=False, frozen=False,  # type: ignore[arg-type]
+            fee=self._fees([tx])[0],
+        )
+        return twophase.begin_creation(self, tx, rec, False)  # type: ignore[arg-type]
+
     def _extend(self, wanted: Sequence[Tx], batch: Sequence[Tx]) -> dict[bytes, Tx]:
         """Extended copies of the standard-format transactions among `wanted` whose previous
         outputs are all known (in the batch or the store), so that their blobs need no parent

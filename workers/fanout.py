@@ -1,0 +1,172 @@
+"""Running a block phase's units: in this process, or shared with other workers as tasks.
+
+The block's coordinator (the worker holding the chain lease) posts a phase's units on the
+state store's chunk board, sends helper tasks (`utxoflow.chunk.<phase>`, queue `txs`), and
+then works on the units itself; helpers claim units from the same board until none is left.
+The coordinator returns once every unit is done (or cancelled after a refusal).
+
+Invariants:
+- The coordinator never waits on a unit nobody can run: it claims units itself, so a block
+  completes with no helper at all (one worker, or helper messages lost with a Redis restart),
+  and it takes over units whose holder lapsed or is a dead process of this host.
+- A unit's work is idempotent (create: TxExists is fine; spend: the same spender again is
+  fine; set mined twice is a no-op), so a unit run twice — a holder that lapsed but lived on —
+  changes nothing. A refusal cancels the unclaimed units, and the coordinator takes the block
+  back only after every held unit has settled.
+- Helpers act only on a posting that still exists (its run id): a late helper does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from chain import Block
+from stores.state import StateStore
+from stores.state.chunks import CANCELLED, DONE, HELD
+from stores.utxo import StorageError
+from stores.utxo.sql.locks import process_alive
+
+if TYPE_CHECKING:
+    from workers.blockapply import BlockApplier
+
+log = logging.getLogger("utxoflow.fanout")
+Result = dict[str, Any]
+
+
+class Fanout(Protocol):
+    def run(self, applier: BlockApplier, block: Block, phase: str, ctx: dict[str, int],
+            specs: list[dict[str, Any]]) -> list[Result]:
+        """Every unit's result, in unit order (a refused unit's result has `refused`)."""
+
+
+class LocalFanout:
+    """Every unit in this process, in order, stopping at the first refusal."""
+
+    def run(self, applier: BlockApplier, block: Block, phase: str, ctx: dict[str, int],
+            specs: list[dict[str, Any]]) -> list[Result]:
+        out = []
+        for spec in specs:
+            r = applier.execute(block, phase, ctx, spec)
+            out.append(r)
+            if "refused" in r:
+                break
+        return out
+
+
+def _holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _gone(holder: str | None) -> bool:
+    """A holder that is a process of this host that no longer runs."""
+    host, _, rest = (holder or "").partition(":")
+    pid = rest.partition(":")[0]
+    return host == socket.gethostname() and pid.isdigit() and not process_alive(int(pid))
+
+
+def work_units(state: StateStore, applier: BlockApplier, block_hash: bytes, get_block: Callable[[], Block],
+               phase: str, run: str, ctx: dict[str, int], holder: str, ttl_s: float,
+               take_over: str | None = None) -> int:
+    """Claim and run units of a posting until none is left to claim; how many this ran. A unit
+    that fails on the stores records the error as its result (the coordinator reports it). The
+    block is fetched only once there is a unit to run."""
+    ran = 0
+    while True:
+        unit = state.claim_unit(block_hash, phase, run, holder, ttl_s, take_over)
+        if unit is None:
+            return ran
+        take_over = None
+        try:
+            block = get_block()
+            result = applier.execute(block, phase, ctx, unit.spec)
+        except StorageError as e:
+            result = {"error": str(e)}
+        except Exception as e:  # a bug: report it through the coordinator, do not lose the unit
+            log.exception("%s unit %d of block %s failed", phase, unit.idx, block_hash[::-1].hex())
+            result = {"error": f"{type(e).__name__}: {e}"}
+        ran += 1
+        if not state.finish_unit(block_hash, phase, run, unit.idx, holder, result):
+            log.warning("%s unit %d of block %s: the claim lapsed before it finished (harmless: "
+                        "units are idempotent)", phase, unit.idx, block_hash[::-1].hex())
+        if "refused" in result:
+            state.cancel_units(block_hash, phase, run)
+
+
+class TaskFanout:
+    """Units shared with other workers through the chunk board and helper tasks."""
+
+    def __init__(self, state: StateStore, send: Callable[[str, list[Any]], None], *,
+                 ttl_s: float = 120.0, max_helpers: int = 16, poll_s: float = 0.01) -> None:
+        self.state = state
+        self.send = send
+        self.ttl_s = ttl_s
+        self.max_helpers = max_helpers
+        self.poll_s = poll_s
+
+    def run(self, applier: BlockApplier, block: Block, phase: str, ctx: dict[str, int],
+            specs: list[dict[str, Any]]) -> list[Result]:
+        if len(specs) <= 1:  # nothing to share: no board, no messages
+            return LocalFanout().run(applier, block, phase, ctx, specs)
+        run, holder = uuid.uuid4().hex, _holder()
+        self.state.post_units(block.hash, phase, run, specs)
+        try:
+            self._call_helpers(block, phase, run, ctx, min(len(specs) - 1, self.max_helpers))
+            take_over: str | None = None
+            poll = self.poll_s
+            while True:
+                if work_units(self.state, applier, block.hash, lambda: block, phase, run, ctx, holder,
+                              self.ttl_s, take_over):
+                    poll = self.poll_s
+                units = self.state.unit_states(block.hash, phase, run)
+                if all(u.state in (DONE, CANCELLED) for u in units):
+                    break
+                take_over = next((u.holder for u in units if u.state == HELD and _gone(u.holder)), None)
+                if take_over is None:
+                    time.sleep(poll)  # others are running their units
+                    poll = min(poll * 2, 0.2)
+        finally:
+            self.state.drop_units(block.hash, phase)  # never left behind, whatever happened
+        results = [u.result or {} for u in units if u.state == DONE]
+        errors = [r["error"] for r in results if "error" in r]
+        if errors:
+            raise StorageError(f"{phase} phase of block {block.hash_hex}: {errors[0]}")
+        return results
+
+    def _call_helpers(self, block: Block, phase: str, run: str, ctx: dict[str, int], n: int) -> None:
+        try:
+            for _ in range(n):
+                self.send(f"utxoflow.chunk.{phase}", [block.hash_hex, phase, run, ctx])
+        except Exception as e:  # helpers only speed things up: this worker runs every unit itself
+            log.warning("could not send %s helper tasks for block %s: %s", phase, block.hash_hex, e)
+
+
+class BlockCache:
+    """The last few blocks a helper worked on, parsed (a block's units come in a burst)."""
+
+    def __init__(self, load: Callable[[bytes], Block], size: int = 2) -> None:
+        self.load = load
+        self.size = size
+        self._blocks: OrderedDict[bytes, Block] = OrderedDict()
+
+    def get(self, h: bytes) -> Block:
+        b = self._blocks.get(h)
+        if b is None:
+            b = self._blocks[h] = self.load(h)
+            while len(self._blocks) > self.size:
+                self._blocks.popitem(last=False)
+        self._blocks.move_to_end(h)
+        return b
+
+
+def help_with(state: StateStore, applier: BlockApplier, blocks: BlockCache, block_hex: str, phase: str,
+              run: str, ctx: dict[str, int], ttl_s: float = 120.0) -> int:
+    """A helper task's work: run units of the posting until none is left; how many it ran."""
+    h = bytes.fromhex(block_hex)[::-1]
+    return work_units(state, applier, h, lambda: blocks.get(h), phase, run, ctx, _holder(), ttl_s)
