@@ -8,7 +8,10 @@ Invariants:
   handed to a second worker while the first still runs.
 - Each worker takes one message at a time (prefetch 1): a block task can run for seconds, and
   a prefetched message would wait behind it instead of going to an idle worker.
-- Results are not stored: nothing reads them (`utxo wait` watches its own registry).
+- Results are not stored: nothing reads them (`utxo wait` watches its own registry, in the
+  state store).
+- Beat's schedule lives in memory only (`celery.beat:Scheduler`), never in a file: the default
+  scheduler keeps it with shelve, that is pickle, which this project does not use anywhere.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ task_default_queue = "txs"
 task_routes = {
     "utxoflow.block.*": {"queue": "blocks"},
     "utxoflow.tx.*": {"queue": "txs"},
+    "utxoflow.chunk.*": {"queue": "txs"},  # block-phase helpers: any free worker (ARCHITECTURE)
     "utxoflow.prune.*": {"queue": "prune"},
     "utxoflow.recovery.*": {"queue": "recovery"},
 }
@@ -43,3 +47,18 @@ task_ignore_result = True
 worker_send_task_events = True  # Flower
 task_send_sent_event = True
 worker_hijack_root_logger = False
+
+
+# `utxo beat`. The in-memory scheduler (see above) forgets when each entry last ran when beat
+# stops, which costs nothing here: every entry is a scan that is safe to run at any time, so a
+# restarted beat simply runs it again one interval later.
+beat_scheduler = "celery.beat:Scheduler"
+beat_schedule = {
+    "requeue-lost-messages": {  # workers/requeue.py
+        "task": "utxoflow.recovery.requeue",
+        "schedule": _settings.requeue_interval,
+        # a scan left on the queue while every worker is busy is dropped once the next is due:
+        # scans do not pile up behind long blocks
+        "options": {"expires": _settings.requeue_interval},
+    },
+}

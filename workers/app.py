@@ -9,7 +9,10 @@ from typing import Any
 from celery import Celery
 from celery.signals import worker_ready
 
-app = Celery("utxoflow", include=["tasks.blocks", "tasks.txs"])
+from workers import kombu_fix
+
+kombu_fix.apply()  # a worker must outlive a restart of Redis (see the module)
+app = Celery("utxoflow", include=["tasks.blocks", "tasks.chunks", "tasks.recovery", "tasks.txs"])
 app.config_from_object("celeryconfig")
 log = logging.getLogger("utxoflow.app")
 
@@ -37,3 +40,14 @@ def resume_the_chain(**_: Any) -> None:
         app.send_task("utxoflow.block.arrived", args=[h, f"resume:{uuid.uuid4().hex[:12]}"])
     finally:
         state.close()
+
+
+@worker_ready.connect
+def requeue_lost_messages(**_: Any) -> None:
+    """A worker starting sends one re-sending scan (workers/requeue.py): messages pending from
+    before a broker restart, or from a worker that died holding them, are sent again now rather
+    than at beat's next scan (there may be no `utxo beat`). Any worker may take the scan."""
+    try:
+        app.send_task("utxoflow.recovery.requeue")
+    except Exception as e:  # the worker runs on; beat's scans or the next start will do it
+        log.warning("could not send the re-sending scan: %s", e)

@@ -6,6 +6,8 @@ Invariants:
   checked before its first block or transaction is submitted.
 - The blob is written (write-once) before the message is sent, and the message carries only the
   hash: a 1 MB block never travels through Redis. Enqueuing the same block twice is harmless.
+- The message is registered as pending (in the state store) before it is sent, so a message
+  the broker loses is still known, and sent again (workers/requeue.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from workers.services import Services, services
 
 BLOCK_TASK = "utxoflow.block.arrived"
 TX_TASK = "utxoflow.tx.arrived"
+TASKS = {"block": BLOCK_TASK, "tx": TX_TASK}  # a pending entry's kind → the task of its message
 _HEX = set(string.hexdigits.encode() + b" \t\r\n")
 
 
@@ -62,12 +65,18 @@ def read_txs(data: bytes, name: str = "input") -> list[Tx]:
         raise ParseError(f"{name}: {e.what}", e.offset) from None
 
 
-def send(task: str, arg: str, ident: str, svc: Services) -> None:
-    """Register `ident` as pending, then send the task naming `arg`."""
+def publish(task: str, arg: str, ident: str) -> None:
+    """Send the message of `ident`: the task naming `arg` (also what workers/requeue.py sends
+    again; each send gets a task id of its own)."""
     from workers.app import app
 
-    svc.registry.add(ident)
     app.send_task(task, args=[arg, ident], task_id=f"{ident}:{uuid.uuid4().hex[:12]}")
+
+
+def send(task: str, arg: str, ident: str, svc: Services) -> None:
+    """Register `ident` as pending, then send the task naming `arg`."""
+    svc.registry.add(ident)
+    publish(task, arg, ident)
 
 
 def submit_block(raw: bytes, svc: Services | None = None) -> str:

@@ -1,8 +1,13 @@
-"""What has been enqueued and not yet processed, for `utxo wait`: a Redis set of message ids.
+"""What has been enqueued and not yet processed, for `utxo wait` and for re-sending what a broker
+lost: the state store's table of pending messages (stores/state/pending.py), which every worker
+and client shares and which a restart of the broker cannot touch.
 
 Invariants: an id is added before its message is sent and removed only when its task has
-finished for good (done, refused, or given up after its retries), so "the set holds none of
-the ids present when I started waiting" means everything enqueued by then has been processed.
+finished for good (done, refused, or given up after its retries), so "none of the ids pending
+when I started waiting is pending any more" means everything enqueued by then has been
+processed — also when the broker lost its queues meanwhile, since the entries outlive them and
+workers/requeue.py sends their messages again. An id is "<kind>:<key>"; its message is the
+task of that kind with the arguments [key, id].
 """
 
 from __future__ import annotations
@@ -10,42 +15,53 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import redis
+from stores.state import PENDING_KINDS, StateStore
+from workers.broker import BrokerRun
 
-KEY = "utxoflow:pending"
+
+def parse_ident(ident: str) -> tuple[str, str]:
+    """(kind, key) of a message id (ValueError: not "<kind>:<key>" with a known kind)."""
+    kind, sep, key = ident.partition(":")
+    if not sep or not key or kind not in PENDING_KINDS:
+        raise ValueError(f"a message id is <kind>:<key> with kind one of {PENDING_KINDS}, got {ident!r}")
+    return kind, key
 
 
 class Registry:
-    def __init__(self, url: str) -> None:
-        self.redis = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+    def __init__(self, state: StateStore, broker: BrokerRun | None = None) -> None:
+        self.state = state
+        self.broker = broker  # None: the run a message goes to is not recorded (taken as unknown)
 
     def add(self, ident: str) -> None:
-        self.redis.sadd(KEY, ident)
+        """Register `ident` before its message is sent, with the broker run it is sent under."""
+        kind, key = parse_ident(ident)
+        self.state.add_pending(ident, kind, key, self.broker.known() if self.broker else "")
 
     def done(self, ident: str) -> None:
-        self.redis.srem(KEY, ident)
+        self.state.remove_pending(ident)
 
     def pending(self) -> set[str]:
-        return {m.decode() for m in self.redis.smembers(KEY)}  # type: ignore[union-attr]
+        return {e.ident for e in self.state.pending()}
 
     def wait(
         self, timeout: float, poll: float = 0.2, settled: Callable[[str], bool] | None = None
     ) -> bool:
         """True once none of the ids pending now is pending any more; False on timeout. An id
         that `settled` says is done anyway (a block another worker applied while the message's
-        own worker died) is taken off the set."""
-        waiting = sorted(self.pending())
+        own worker died) is taken off the registry."""
+        now = self.state.pending()
+        if not now:
+            return True
+        upto = now[-1].seq  # ids registered later (or removed and added again) are not waited for
         deadline = time.monotonic() + timeout
-        while waiting:
-            left = self.redis.smismember(KEY, waiting)  # type: ignore[arg-type]
-            waiting = [w for w, still in zip(waiting, left) if still]
+        while True:
+            waiting = [e.ident for e in self.state.pending(upto)]
             if settled is not None:
                 for w in [w for w in waiting if settled(w)]:
                     self.done(w)
                     waiting.remove(w)
             if not waiting:
-                break
+                return True
             if time.monotonic() >= deadline:
                 return False
             time.sleep(poll)
-        return True

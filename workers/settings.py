@@ -67,6 +67,10 @@ class Settings(BaseSettings):
     block_height_retention: PositiveInt = 288
     allow_missing_inputs: bool = False
 
+    # -- applying blocks -------------------------------------------------------------------------
+    block_chunk_txs: PositiveInt = 1000  # transactions per unit of a block phase (shared by workers)
+    block_chunk_helpers: NonNegativeInt = 4  # helper tasks sent per phase at most (0: none)
+
     # -- Flower ------------------------------------------------------------------------------------
     flower_address: str = "127.0.0.1"
     flower_basic_auth: str = ""  # "user:password[,user2:password2]"; required off loopback
@@ -89,6 +93,10 @@ class Settings(BaseSettings):
     recovery_workers: PositiveInt = 4
     recovery_lease: PositiveSeconds = 30.0
     recovery_not_found_grace: Seconds = 1800.0  # 0 disables the NotFound → orphan promotion
+
+    # -- re-sending messages a broker lost (workers/requeue.py, `utxo beat`) -----------------------
+    requeue_after: PositiveSeconds = 300.0  # a message pending this long is sent again (longer than a block)
+    requeue_interval: PositiveSeconds = 10.0  # how often `utxo beat` runs the re-sending scan
 
     # -- lock records of two-phase creation (seed 000), seconds -----------------------------------
     lock_base_ttl: PositiveInt = 30

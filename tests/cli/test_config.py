@@ -19,6 +19,10 @@ CONTRACT_DEFAULTS = {
     "allow_missing_inputs": False,
     "flower_address": "127.0.0.1",
     "flower_basic_auth": "",
+    "requeue_after": 300,  # re-sending lost messages (README settings)
+    "requeue_interval": 10,
+    "block_chunk_txs": 1000,  # units of a block phase (README settings)
+    "block_chunk_helpers": 4,
 }
 SEED_DEFAULTS = {
     "pruner_job_timeout": 600,

@@ -14,7 +14,9 @@ from stores.utxo import open_utxo_store
 from workers.sequencer import Sequencer
 
 BACKENDS = ["sqlite", "postgresql"]
-TABLES = ("txs", "tx_pages", "tx_creations", "meta", "tx_locks", "blocks", "chain", "undo", "leases")
+TABLES = (
+    "txs", "tx_pages", "tx_creations", "meta", "tx_locks", "blocks", "chain", "undo", "leases", "pending",
+)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -96,7 +96,7 @@ def test_a_child_enqueued_before_its_parent_waits_for_it(pipeline: Pipeline) -> 
     time.sleep(1.0)  # the child's task has run and found no parent: it waits
     assert pipeline.tx(child.txid_hex) is None
     assert spent_by(pipeline, funds[1], 0) is None  # nothing of it is spent meanwhile
-    assert pipeline.redis.sismember("utxoflow:pending", f"tx:{child.txid_hex}")
+    assert f"tx:{child.txid_hex}" in pipeline.pending()
     pipeline.enqueue("tx", [parent.raw])
     pipeline.wait()
     unmined(pipeline, parent)

@@ -3,11 +3,12 @@ is compared with the independent model of tests/pipeline/chains.py."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
-import redis
 
 from stores.state import open_state_store
-from tests.pipeline.chains import Chain, confirmed_model, spend
+from tests.pipeline.chains import Chain, confirmed_model, funding, outpoints, spend
 from tests.pipeline.workers import Pipeline, pipeline_fixture  # noqa: F401  (the fixture)
 
 
@@ -47,4 +48,30 @@ def test_enqueue_refuses_bad_bytes_and_enqueues_nothing(pipeline: Pipeline) -> N
     r = pipeline.utxo("enqueue", "block", "good.hex", "bad.hex")
     assert r.returncode == 2 and r.stdout == ""
     assert len(r.stderr.strip().splitlines()) == 1 and "bad.hex" in r.stderr
-    assert redis.Redis.from_url(pipeline.env["UTXO_BROKER_URL"]).scard("utxoflow:pending") == 0
+    assert pipeline.pending() == set()
+
+
+@pytest.mark.timeout(240)
+def test_a_block_s_phases_are_shared_by_the_workers(pipeline: Pipeline) -> None:
+    """Blocks of hundreds of txs in units of 7 (the Pipeline's setting): the coordinator posts
+    each phase's units and the other worker's `utxoflow.chunk.*` tasks run some of them;
+    a multi-record tx's pages are units too. The result is the model's."""
+    funds = funding(2, n_outputs=150)
+    base = outpoints(funds)
+    chain = pipeline.seed(funds)
+    for f in funds:
+        txs = [spend((f, v)) for v in range(150)]
+        txs += [spend((t, 0)) for t in txs[:50]]  # children in the same block as their parents
+        chain.add(txs)
+    big = spend((chain.txs[-1][-1], 0), n_outputs=170)  # four records at 50 outputs each
+    chain.add([big, *[spend((big, v)) for v in range(0, 170, 10)]])
+    pipeline.start_worker("w1")
+    pipeline.start_worker("w2")
+    pipeline.enqueue("block", chain.blocks)
+    pipeline.wait()
+    assert pipeline.confirmed() == confirmed_model(chain.txs, base)
+    logs = pipeline.logs()
+    done = r"utxoflow\.chunk\.\w+\[[^\]]+\] succeeded in [^:]+: .*'units': (\d+)"
+    helped = [int(n) for n in re.findall(done, logs)]
+    assert helped and sum(helped) > 0, logs[-3000:]  # some units ran in the worker that did not coordinate
+    assert "Traceback" not in logs

@@ -22,6 +22,7 @@ from chain import Tx
 from stores.state import StateStore, open_state_store
 from stores.utxo import UtxoStore, open_utxo_store
 from tests.pipeline.chains import Chain, seed
+from workers.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,6 +38,10 @@ class Pipeline:
             "UTXO_BLOB_URL": f"file://{tmp}/blobs",
             "UTXO_BROKER_URL": broker,
             "UTXO_BATCH_SIZE": "50",
+            # Small units, so that every block's phases are shared between the workers
+            # (the chunk board, helper tasks, and multi-record txs' pages as units).
+            "UTXO_BLOCK_CHUNK_TXS": "7",
+            "UTXO_BLOCK_CHUNK_HELPERS": "2",
         }
         self.workers: list[subprocess.Popen[bytes]] = []
         self.redis = redis.Redis.from_url(broker)
@@ -110,6 +115,22 @@ class Pipeline:
             time.sleep(0.1)
         return p
 
+    def start_beat(self, name: str = "beat") -> subprocess.Popen[bytes]:
+        """`utxo beat`, in a process group of its own, kept with the workers (`stop` stops it
+        too); returns once it has started."""
+        log = open(self.log_path(name), "ab")
+        start = self.log_path(name).stat().st_size
+        p = subprocess.Popen([sys.executable, "-m", "workers.cli", "beat"], env=self.env, cwd=self.tmp,
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.workers.append(p)
+        deadline = time.monotonic() + 60
+        while b"beat: Starting" not in self.log_path(name).read_bytes()[start:]:
+            assert p.poll() is None, self.log(name)
+            assert time.monotonic() < deadline, "beat did not start"
+            time.sleep(0.1)
+        return p
+
     def stop(self, graceful: bool = True) -> None:
         """Stop every started worker: a warm shutdown (SIGTERM; killed after 20 s), or at once
         (SIGKILL to each worker's process group: its main process and pool child)."""
@@ -154,6 +175,22 @@ class Pipeline:
             return {(u.txid, u.vout) for u in store.iter_utxos(confirmed=True)}
         finally:
             store.close()
+
+    def pending(self) -> set[str]:
+        """The ids of the registry of pending messages (workers/registry.py)."""
+        state = self.open_state()
+        try:
+            return Registry(state).pending()
+        finally:
+            state.close()
+
+    def register(self, ident: str) -> None:
+        """Register `ident` as pending, as `utxo enqueue` does before it sends a message."""
+        state = self.open_state()
+        try:
+            Registry(state).add(ident)
+        finally:
+            state.close()
 
     def state_counts(self) -> dict[str, int]:
         state = self.open_state()

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from chain import ParseError, hex_to_hash
-from stores.state import open_state_store
+from stores.state import StateStore, open_state_store
 from workers.cli.app import BadInput, Context, NotFound, cli, emit
 
 
@@ -38,6 +39,20 @@ def worker_cmd(obj: Context, queues: str, concurrency: int, loglevel: str, name:
     node = name or f"utxo-{os.getpid()}@{socket.gethostname()}"
     app.worker_main(["worker", "-Q", queues, "-c", str(concurrency), "-l", loglevel, "-n", node,
                      "--without-mingle", "--without-gossip"])
+
+
+@cli.command("beat")
+@click.option("--loglevel", "-l", default="INFO", show_default=True)
+@click.pass_obj
+def beat_cmd(obj: Context, loglevel: str) -> None:
+    """The periodic scheduler: the re-sending scan every UTXO_REQUEUE_INTERVAL seconds (the
+    schedule is celeryconfig.py's, held in memory: no schedule file). One is enough; a second
+    only doubles scans, which are safe to run at once."""
+    _export(obj)
+    obj.settings  # noqa: B018  (validate the settings before starting anything)
+    from workers.app import app
+
+    app.start(["beat", "-l", loglevel])
 
 
 def _read(path: str) -> tuple[str, bytes]:
@@ -90,22 +105,17 @@ def enqueue_tx(obj: Context, files: tuple[str, ...]) -> None:
         emit({"enqueued": "tx", "txid": tx.txid_hex})
 
 
-@cli.command("wait")
-@click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, help="Seconds.")
-@click.pass_obj
-def wait_cmd(obj: Context, timeout: float) -> int:
-    """Return once everything enqueued so far has been processed (0), or on timeout (1)."""
-    from workers.registry import Registry
+FINAL = {"applied", "side", "invalid", "orphan"}
+
+
+def settled_check(state: StateStore) -> Callable[[str], bool]:
+    """Whether a pending id is done anyway, for Registry.wait: a block that is final while the
+    chain is at rest (nothing being or left to be applied). A block applied while its message's
+    task still runs (to apply the orphans it connected, whose own messages are done) is not
+    settled yet; nor is anything but a block."""
     from workers.sequencer import APPLYING
 
-    reg = Registry(obj.settings.broker_url)
-    state = open_state_store(obj.settings.state_url)
-    final = {"applied", "side", "invalid", "orphan"}
-
     def settled(ident: str) -> bool:
-        """The block is final and the chain at rest (nothing being or left to be applied): a
-        block applied while its message's task still runs (to apply the orphans it connected,
-        whose own messages are done) is not settled yet."""
         kind, _, h = ident.partition(":")
         if kind != "block":
             return False
@@ -113,16 +123,29 @@ def wait_cmd(obj: Context, timeout: float) -> int:
             e = state.get_block(hex_to_hash(h))
         except ValueError:  # not an id `utxo enqueue` makes: only its task can settle it
             return False
-        if e is None or e.status.value not in final or state.get_meta(APPLYING) is not None:
+        if e is None or e.status.value not in FINAL or state.get_meta(APPLYING) is not None:
             return False
         tip, best = state.tip(), state.best_candidate()
         return best is None or (tip is not None and tip.hash == best.hash)
 
+    return settled
+
+
+@cli.command("wait")
+@click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, help="Seconds.")
+@click.pass_obj
+def wait_cmd(obj: Context, timeout: float) -> int:
+    """Return once everything enqueued so far has been processed (0), or on timeout (1)."""
+    from workers.registry import Registry
+
+    state = open_state_store(obj.settings.state_url)
+    reg = Registry(state)  # in the state store: it outlives a restart of the broker
     try:
-        done = reg.wait(timeout, settled=settled)
+        done = reg.wait(timeout, settled=settled_check(state))
+        left = len(reg.pending())
     finally:
         state.close()
-    emit({"done": done, "pending": len(reg.pending())})
+    emit({"done": done, "pending": left})
     return 0 if done else 1
 
 
@@ -186,7 +209,7 @@ def flower_cmd(obj: Context, port: int, address: str | None) -> None:
     ]
     env = dict(os.environ)
     if auth:
-        args.append(f"--basic-auth={auth}")
+        env["FLOWER_BASIC_AUTH"] = auth  # Flower reads FLOWER_* options; argv would show it in `ps`
     else:
         env["FLOWER_UNAUTHENTICATED_API"] = "true"  # loopback only (checked above)
     sys.stdout.flush()

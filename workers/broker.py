@@ -1,0 +1,61 @@
+"""The broker's identity: which run of the Redis server a message was sent to.
+
+Redis's `INFO server` `run_id` is a random id chosen at every start of the server. The broker
+here keeps nothing on disk, so a run_id other than the one a pending message was sent under
+means the message is certainly gone (with its queue); the same run_id means it may merely be
+slow. A Redis that does persist its queues also changes run_id on a restart: its messages are
+then re-sent needlessly, which is harmless (every task is idempotent).
+
+Invariants:
+- A cached run_id is at most `max_age_s` old, and can only be stale towards an earlier run: a
+  message recorded under it looks lost and is re-sent once (harmless). A lost message never
+  looks safe: the run_id is read before the send it is recorded for, so it names the run the
+  message went to or an earlier one, never a later one.
+- Brokers other than Redis have no run: `current()` is None for them, and only age counts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import redis
+
+
+class BrokerUnreachable(Exception):
+    """The broker did not answer: nothing can be sent now."""
+
+
+class BrokerRun:
+    def __init__(self, url: str, max_age_s: float = 1.0) -> None:
+        self.url = url
+        self.max_age_s = max_age_s
+        self._is_redis = url.split("://", 1)[0].lower() in ("redis", "rediss")
+        self._client: redis.Redis | None = None
+        self._cached: tuple[float, str] | None = None
+        self._lock = threading.Lock()
+
+    def current(self, fresh: bool = False) -> str | None:
+        """The broker's run_id (None: a broker without one). Raises BrokerUnreachable."""
+        if not self._is_redis:
+            return None
+        with self._lock:
+            now = time.monotonic()
+            if not fresh and self._cached is not None and now - self._cached[0] < self.max_age_s:
+                return self._cached[1]
+            try:
+                if self._client is None:
+                    self._client = redis.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=5)
+                run = str(self._client.info("server")["run_id"])
+            except (redis.RedisError, OSError, KeyError) as e:
+                raise BrokerUnreachable(f"the broker did not answer: {e}") from e
+            self._cached = (now, run)
+            return run
+
+    def known(self) -> str:
+        """The run_id to record with a message being sent: "" when it cannot be told (the
+        message is then taken for lost at the next scan, and re-sent)."""
+        try:
+            return self.current() or ""
+        except BrokerUnreachable:
+            return ""
