@@ -1,63 +1,23 @@
 """Generated chains for the pipeline tests: blocks with valid (regtest-easy) proof of work whose
-transactions spend earlier outputs, and an independent model of the confirmed UTXO set."""
+transactions spend earlier outputs, and an independent model of the confirmed UTXO set (the
+branch and the model live in workers.demochain, which `utxo demo` uses too)."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
-from chain import Tx, TxIn, parse_block
-from chain.build import REGTEST_BITS, build_block, build_tx, coinbase_tx, p2pkh, spend_input
+from chain import Tx, TxIn
+from chain.build import build_tx, spend_input
 from chain.tx import varint
 from stores.utxo import Utxo, UtxoStore
+from workers.demochain import TAGS, tag_script
+from workers.demochain import Branch as Chain
 
-_tag = itertools.count(1)
-SUBSIDY = 50 * 10**8
+_tag = TAGS  # one counter with Chain's coinbases: every script and coinbase tag is new
 
 
 def script(n: int | None = None) -> bytes:
-    n = next(_tag) if n is None else n
-    return p2pkh(n.to_bytes(20, "big"))
-
-
-@dataclass
-class Chain:
-    """A branch of generated blocks, each knowing its height and its parent's hash."""
-
-    parent: bytes = b"\x00" * 32
-    height: int = 1
-    blocks: list[bytes] = field(default_factory=list)  # raw blocks
-    txs: list[list[Tx]] = field(default_factory=list)
-
-    def add(self, txs: list[Tx] | None = None, coinbase: Tx | None = None) -> bytes:
-        body = [coinbase or self.coinbase(), *(txs or [])]
-        raw = build_block(self.parent, body, timestamp=1_700_000_000 + self.height)
-        self.blocks.append(raw)
-        self.txs.append(body)
-        self.parent = parse_block(raw).hash
-        self.height += 1
-        return raw
-
-    def next_block(
-        self, txs: list[Tx] | None = None, coinbase: Tx | None = None, *, bits: int = REGTEST_BITS
-    ) -> bytes:
-        """The bytes of a block that would follow this branch's last, without adding it (so a
-        test can submit an invalid block and go on with the valid branch)."""
-        return build_block(self.parent, [coinbase or self.coinbase(), *(txs or [])],
-                           bits=bits, timestamp=1_700_000_000 + self.height)
-
-    def coinbase(self, height: int | None = None) -> Tx:
-        """A fresh coinbase (a new tag, so a new txid) for the next block, or for `height`."""
-        h = self.height if height is None else height
-        return coinbase_tx(h, [(SUBSIDY, script())], tag=next(_tag).to_bytes(4, "big"))
-
-    def fork(self, at: int) -> Chain:
-        """A new branch whose next block follows block `at` (0-based index) of this one."""
-        b = Chain(parse_block(self.blocks[at]).hash, self.height - (len(self.blocks) - at - 1))
-        b.blocks, b.txs = self.blocks[: at + 1], self.txs[: at + 1]
-        b.blocks, b.txs = list(b.blocks), list(b.txs)
-        return b
+    return tag_script(next(_tag) if n is None else n)
 
 
 def spend(*outs: tuple[Tx, int], n_outputs: int = 1, fee: int = 1000) -> Tx:
@@ -70,7 +30,7 @@ def confirmed_model(
     blocks: list[list[Tx]], base: Iterable[tuple[bytes, int]] = ()
 ) -> set[tuple[bytes, int]]:
     """The confirmed UTXO set a chain of blocks gives (over the outputs `base` of a snapshot),
-    computed without the store."""
+    computed here, independently of the store and of the package (the demo has its own)."""
     utxos: set[tuple[bytes, int]] = set(base)
     for txs in blocks:
         for tx in txs:

@@ -57,12 +57,18 @@ class Reporter:
             nonlocal done
             done += n
             elapsed = time.perf_counter() - start
-            fields: dict[str, Any] = {"rate": f"{done / elapsed:,.0f} {unit}/s" if elapsed > 0 else ""}
+            fields: dict[str, Any] = {"rate": f"{_rate(done, elapsed)} {unit}/s" if elapsed > 0 else ""}
             self.progress.update(task, advance=n, **fields)
 
         yield advance
         elapsed = time.perf_counter() - start
         self.progress.update(task, total=done if total is None else total)
         if not self.interactive:
-            rate = f" ({done / elapsed:,.0f} {unit}/s)" if elapsed > 0 else ""
+            rate = f" ({_rate(done, elapsed)} {unit}/s)" if elapsed > 0 else ""
             log(f"{description}: {done:,} {unit} in {elapsed:.2f} s{rate}")
+
+
+def _rate(done: int, elapsed: float) -> str:
+    """Whole numbers, but a decimal below 10 (2 workers in 4 s is 0.5/s, not 0/s)."""
+    r = done / elapsed
+    return f"{r:,.0f}" if r >= 10 else f"{r:.1f}"
