@@ -1,0 +1,193 @@
+"""The deployment examples in deploy/ use only real settings and real `utxo` commands, and keep
+the properties deploy/README.md promises (workers scale, one beat, Flower behind basic auth).
+Plain parsing: no Docker, no cluster."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import yaml
+
+import celeryconfig
+from workers.cli import cli
+from workers.settings import Settings, env_name, load_settings
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+SETTINGS = {env_name(f) for f in Settings.model_fields}
+QUEUES = {q.name for q in celeryconfig.task_queues}
+SHELL_OPS = {"|", "||", "&&", ";", "&"}
+
+COMPOSE: dict[str, Any] = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+SERVICES: dict[str, Any] = COMPOSE["services"]
+K8S: list[dict[str, Any]] = [
+    doc for p in sorted((DEPLOY / "k8s").glob("*.yaml")) for doc in yaml.safe_load_all(p.read_text()) if doc
+]
+
+
+def k8s(kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in K8S if d["kind"] == kind}
+
+
+def pod(deployment: str) -> dict[str, Any]:
+    spec: dict[str, Any] = k8s("Deployment")[deployment]["spec"]["template"]["spec"]
+    return spec
+
+
+def parse_utxo(args: list[str]) -> click.Context:
+    """Parse `utxo ARGS` as the real CLI does, down to the leaf command, without running it: a
+    UsageError names an unknown command or option, or a bad value."""
+    cmd: click.Command = cli
+    ctx = cmd.make_context("utxo", list(args))
+    while isinstance(cmd, click.Group):
+        # Click >= 8.2 keeps the subcommand name in _protected_args (protected_args is deprecated).
+        head = ctx._protected_args if hasattr(ctx, "_protected_args") else ctx.protected_args
+        name, sub, rest = cmd.resolve_command(ctx, [*head, *ctx.args])  # unknown name: UsageError
+        assert name is not None and sub is not None
+        cmd, ctx = sub, sub.make_context(name, rest, parent=ctx)
+    return ctx
+
+
+def utxo_argvs(tokens: list[str]) -> Iterator[list[str]]:
+    """The arguments of every `utxo` invocation in a command line (after docker run, kubectl
+    exec --, …), split at shell operators; `-U utxo` is an option's value, not a command."""
+    segment: list[str] = []
+    for tok in [*tokens, ";"]:
+        if tok not in SHELL_OPS:
+            segment.append(tok)
+            continue
+        for i, t in enumerate(segment):
+            if t == "utxo" and (i == 0 or not segment[i - 1].startswith("-")):
+                yield segment[i + 1 :]
+                break
+        segment = []
+
+
+def yaml_commands() -> Iterator[tuple[str, list[str]]]:
+    """(where, argv) of every compose service and Kubernetes container."""
+    for name, svc in SERVICES.items():
+        cmd = svc.get("command")
+        if cmd:
+            yield f"compose {name}", cmd if isinstance(cmd, list) else shlex.split(cmd)
+    for name in k8s("Deployment"):
+        for c in pod(name)["containers"]:
+            yield f"k8s {name}", [*c.get("command", []), *c.get("args", [])]
+
+
+def readme_commands() -> Iterator[tuple[bool, list[str]]]:
+    """(prose, tokens) of deploy/README.md: lines of fenced blocks (to be run as they are), and
+    inline code spans (prose: `utxo block` may leave out its required HASH)."""
+    text = (DEPLOY / "README.md").read_text()
+    for block in re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.S | re.M):
+        for line in block.splitlines():
+            yield False, shlex.split(line, comments=True)
+    for span in re.findall(r"`([^`\n]+)`", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)):
+        yield True, shlex.split(span)
+
+
+def test_every_utxo_variable_is_a_setting() -> None:
+    used: set[str] = set()
+    for p in DEPLOY.rglob("*"):
+        if p.is_file():
+            used |= set(re.findall(r"\bUTXO_[A-Z0-9_]*[A-Z0-9*]", p.read_text()))
+    assert used, "no UTXO_ variable found: the pattern is broken"
+    unknown = sorted(
+        n for n in used
+        if (n.endswith("_*") and not any(s.startswith(n[:-1]) for s in SETTINGS))
+        or (not n.endswith("_*") and n not in SETTINGS)
+    )
+    assert not unknown, f"not settings of workers/settings.py: {unknown}"
+
+
+def test_the_settings_given_are_valid() -> None:
+    envs = {f"compose {n}": s.get("environment") or {} for n, s in SERVICES.items()}
+    envs["k8s ConfigMap"] = next(iter(k8s("ConfigMap").values()))["data"]
+    for env in envs.values():
+        given = {k.removeprefix("UTXO_").lower(): v for k, v in env.items() if k.startswith("UTXO_")}
+        load_settings(**given)  # a bad value raises, naming the variable
+    assert all(isinstance(v, str) for v in envs["k8s ConfigMap"].values()), "ConfigMap values must be strings"
+
+
+@pytest.mark.parametrize("where,argv", list(yaml_commands()), ids=lambda v: v if isinstance(v, str) else "")
+def test_yaml_runs_real_utxo_commands(where: str, argv: list[str]) -> None:
+    for args in utxo_argvs(argv):
+        try:
+            ctx = parse_utxo(args)
+        except click.UsageError as e:
+            pytest.fail(f"{where}: `utxo {shlex.join(args)}`: {e.format_message()}")
+        if ctx.info_name == "worker":
+            assert set(ctx.params["queues"].split(",")) <= QUEUES, where
+
+
+def test_readme_uses_real_utxo_commands() -> None:
+    bad, seen = [], 0
+    for prose, tokens in readme_commands():
+        for args in utxo_argvs(tokens):
+            seen += 1
+            try:
+                parse_utxo(args)
+            except (click.MissingParameter, click.exceptions.NoArgsIsHelpError):
+                if not prose:
+                    bad.append(f"`utxo {shlex.join(args)}` is incomplete")
+            except click.UsageError as e:
+                bad.append(f"`utxo {shlex.join(args)}`: {e.format_message()}")
+    assert seen and not bad, bad
+
+
+def test_compose_workers_can_scale() -> None:
+    worker = SERVICES["worker"]
+    # A fixed name or published host port makes `--scale` fail; a shared host name (fixed, or
+    # the host's network) lets one worker take over another's live lease.
+    for key in ("container_name", "hostname", "ports"):
+        assert key not in worker, f"worker sets {key}"
+    assert worker.get("network_mode") != "host"
+    assert worker.get("stop_grace_period"), "tasks ack late: give a block task time to finish"
+    assert SERVICES["beat"].get("deploy", {}).get("replicas", 1) == 1
+
+
+def test_k8s_workers_and_beat() -> None:
+    worker, beat = k8s("Deployment")["utxo-worker"], k8s("Deployment")["utxo-beat"]
+    assert not pod("utxo-worker").get("hostNetwork")
+    assert pod("utxo-worker")["terminationGracePeriodSeconds"] >= 300
+    assert beat["spec"]["replicas"] == 1 and beat["spec"]["strategy"]["type"] == "Recreate"
+    assert worker["spec"]["replicas"] >= 1
+    kustomization = next(iter(d for d in K8S if d["kind"] == "Kustomization"))
+    assert all((DEPLOY / "k8s" / r).is_file() for r in kustomization["resources"])
+    assert "secret.example.yaml" not in kustomization["resources"]
+
+
+def basic_auth_ok(value: Any) -> bool:
+    return isinstance(value, str) and all(
+        ":" in pair and pair.split(":", 1)[0] and pair.split(":", 1)[1] for pair in value.split(",")
+    )
+
+
+def test_compose_flower_has_basic_auth() -> None:
+    flower = SERVICES["flower"]
+    assert flower["command"][:2] == ["utxo", "flower"], "`utxo flower` refuses to listen openly"
+    env = flower.get("environment") or {}
+    assert "UTXO_FLOWER_BASIC_AUTH" not in env, "the env file's value must not be overridden"
+    files = flower["env_file"] if isinstance(flower["env_file"], list) else [flower["env_file"]]
+    values = {}
+    for f in files:
+        example = DEPLOY / f"{f['path'] if isinstance(f, dict) else f}.example"
+        values |= dict(line.split("=", 1) for line in example.read_text().splitlines() if "=" in line
+                       and not line.startswith("#"))
+    assert basic_auth_ok(values.get("UTXO_FLOWER_BASIC_AUTH")), values
+
+
+def test_k8s_flower_has_basic_auth() -> None:
+    secrets = {
+        d["metadata"]["name"]: d["stringData"]
+        for d in yaml.safe_load_all((DEPLOY / "k8s" / "secret.example.yaml").read_text())
+    }
+    (container,) = pod("utxo-flower")["containers"]
+    assert container["command"][:2] == ["utxo", "flower"]
+    refs = [e["secretRef"]["name"] for e in container["envFrom"] if "secretRef" in e]
+    assert any(basic_auth_ok(secrets.get(r, {}).get("UTXO_FLOWER_BASIC_AUTH")) for r in refs), refs
+    assert k8s("Service")["utxo-flower"]["spec"].get("type", "ClusterIP") == "ClusterIP"
