@@ -23,7 +23,6 @@ import os
 import socket
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -147,26 +146,8 @@ class TaskFanout:
             log.warning("could not send %s helper tasks for block %s: %s", phase, block.hash_hex, e)
 
 
-class BlockCache:
-    """The last few blocks a helper worked on, parsed (a block's units come in a burst)."""
-
-    def __init__(self, load: Callable[[bytes], Block], size: int = 2) -> None:
-        self.load = load
-        self.size = size
-        self._blocks: OrderedDict[bytes, Block] = OrderedDict()
-
-    def get(self, h: bytes) -> Block:
-        b = self._blocks.get(h)
-        if b is None:
-            b = self._blocks[h] = self.load(h)
-            while len(self._blocks) > self.size:
-                self._blocks.popitem(last=False)
-        self._blocks.move_to_end(h)
-        return b
-
-
-def help_with(state: StateStore, applier: BlockApplier, blocks: BlockCache, block_hex: str, phase: str,
-              run: str, ctx: dict[str, int], ttl_s: float = 120.0) -> int:
+def help_with(state: StateStore, applier: BlockApplier, load: Callable[[bytes], Block], block_hex: str,
+              phase: str, run: str, ctx: dict[str, int], ttl_s: float = 120.0) -> int:
     """A helper task's work: run units of the posting until none is left; how many it ran."""
     h = bytes.fromhex(block_hex)[::-1]
-    return work_units(state, applier, h, lambda: blocks.get(h), phase, run, ctx, _holder(), ttl_s)
+    return work_units(state, applier, h, lambda: load(h), phase, run, ctx, _holder(), ttl_s)

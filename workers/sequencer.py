@@ -23,6 +23,7 @@ import logging
 import os
 import socket
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -48,6 +49,7 @@ LEASE = "chain"  # applying the best chain
 INDEX_LEASE = "index"  # adding blocks to the index
 APPLYING = "applying"  # state meta: the block being applied now (its undo record says what is new)
 SNAPSHOT = "UTXO snapshot"  # the reason field of a snapshot's base block (it has no bytes)
+PARSED_KEPT = 3  # blocks kept parsed by `load`
 CONNECTED = (BlockStatus.PENDING, BlockStatus.APPLIED, BlockStatus.SIDE)
 
 
@@ -127,12 +129,14 @@ class Sequencer:
                                     fanout=fanout or LocalFanout())
         self.lease_s = lease_s
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self._parsed: OrderedDict[bytes, Block] = OrderedDict()
 
     # -- arrival -------------------------------------------------------------------------------
     def store_block(self, raw: bytes) -> Block:
         """Parse a block's framing (ParseError when it is not a block) and keep its bytes."""
         block = parse_block(raw)
         keep_block(self.blobs, block, raw)
+        self._keep_parsed(block)
         return block
 
     def submit(self, raw: bytes) -> BlockEntry:
@@ -432,7 +436,25 @@ class Sequencer:
 
     # -- helpers -------------------------------------------------------------------------------
     def load(self, h: bytes) -> Block:
-        """A block's bytes from the blob store, parsed."""
+        """A block's bytes from the blob store, parsed. The last few blocks whose transactions
+        match their header are kept parsed (a block is loaded when it arrives, when it is
+        applied, and by each helper): such a body is the only one its hash can have, whereas a
+        corrupted copy may yet be replaced by the genuine one."""
+        b = self._parsed.get(h)
+        if b is not None:
+            self._parsed.move_to_end(h)
+            return b
+        b = self._read(h)
+        self._keep_parsed(b)
+        return b
+
+    def _keep_parsed(self, b: Block) -> None:
+        if b.hash not in self._parsed and check_block(b) is None:
+            self._parsed[b.hash] = b
+            while len(self._parsed) > PARSED_KEPT:
+                self._parsed.popitem(last=False)
+
+    def _read(self, h: bytes) -> Block:
         try:
             return parse_block(self.blobs.get(blob_key(h, "block")))
         except BlobNotFound:

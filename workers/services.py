@@ -12,7 +12,7 @@ from stores.blob import BlobStore, open_blob_store
 from stores.state import StateStore, open_state_store
 from stores.utxo import UtxoStore, open_utxo_store
 from workers.broker import BrokerRun
-from workers.fanout import BlockCache, TaskFanout
+from workers.fanout import TaskFanout
 from workers.registry import Registry
 from workers.sequencer import Sequencer
 from workers.settings import Settings, load_settings
@@ -26,7 +26,6 @@ class Services:
     blobs: BlobStore
     sequencer: Sequencer
     registry: Registry
-    blocks: BlockCache  # blocks a helper task works on, parsed once
 
     def close(self) -> None:
         for s in (self.utxo, self.state, self.blobs):
@@ -54,11 +53,11 @@ def services(**overrides: Any) -> Services:
             utxo = open_utxo_store(s.store_url, **s.store_options())
             state = open_state_store(s.state_url)
             blobs = open_blob_store(s.blob_url)
-            fanout = TaskFanout(state, _send, max_helpers=s.block_chunk_helpers)
+            fanout = TaskFanout(state, _send, max_helpers=s.chunk_helpers())
             seq = Sequencer(utxo, state, blobs, allow_missing_inputs=s.allow_missing_inputs,
                             chunk_txs=s.block_chunk_txs, fanout=fanout)
             registry = Registry(state, BrokerRun(s.broker_url))
-            _services = Services(s, utxo, state, blobs, seq, registry, BlockCache(seq.load))
+            _services = Services(s, utxo, state, blobs, seq, registry)
             atexit.register(_services.close)
         return _services
 

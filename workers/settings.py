@@ -69,7 +69,8 @@ class Settings(BaseSettings):
 
     # -- applying blocks -------------------------------------------------------------------------
     block_chunk_txs: PositiveInt = 1000  # transactions per unit of a block phase (shared by workers)
-    block_chunk_helpers: NonNegativeInt = 4  # helper tasks sent per phase at most (0: none)
+    # helper tasks sent per phase at most (0: none); unset: `chunk_helpers()` decides by store
+    block_chunk_helpers: NonNegativeInt | None = None
 
     # -- Flower ------------------------------------------------------------------------------------
     flower_address: str = "127.0.0.1"
@@ -127,6 +128,14 @@ class Settings(BaseSettings):
             "externalize_all": self.externalize_all,
             "external_cache_bytes": self.external_cache_mb << 20,
         }
+
+    def chunk_helpers(self) -> int:
+        """UTXO_BLOCK_CHUNK_HELPERS, or by default 4 — but 0 on a SQLite UTXO store, which takes
+        one writer at a time: `python -m bench.pipeline` measured sharing a block's phases
+        there about 15% slower than one worker running them (PostgreSQL gains)."""
+        if self.block_chunk_helpers is not None:
+            return self.block_chunk_helpers
+        return 0 if self.store_url.startswith("sqlite:") else 4
 
     def lock_ttl(self, records: int) -> int:
         """Seconds a lock record lives for a transaction of `records` records."""

@@ -22,7 +22,7 @@ CONTRACT_DEFAULTS = {
     "requeue_after": 300,  # re-sending lost messages (README settings)
     "requeue_interval": 10,
     "block_chunk_txs": 1000,  # units of a block phase (README settings)
-    "block_chunk_helpers": 4,
+    "block_chunk_helpers": None,  # by store: 0 on SQLite, else 4
 }
 SEED_DEFAULTS = {
     "pruner_job_timeout": 600,

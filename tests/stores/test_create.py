@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from chain import Tx
 from chain.build import build_tx
 from stores.utxo import (
     BlockInfo,
@@ -12,6 +15,7 @@ from stores.utxo import (
     TxNotFound,
     Utxo,
     UtxoStore,
+    open_utxo_store,
 )
 from tests.stores.helpers import child, coinbase, created, funding, script, uhash
 
@@ -109,6 +113,27 @@ def test_fee_of_a_standard_tx_comes_from_the_store_or_the_batch(store: UtxoStore
         i.prev_script = None
     res = store.create_many([a, b, orphan], 100)
     assert [r.fee for r in res] == [300, 200, None]  # type: ignore[union-attr]
+
+
+def _standard(tx: Tx) -> Tx:
+    for i in tx.inputs:
+        i.prev_satoshis = None
+        i.prev_script = None
+    return tx
+
+
+def test_fee_from_values_this_process_created_and_from_the_records(store: UtxoStore, store_url: str,
+                                                                   tmp_path: Path) -> None:
+    """A parent created earlier by this store object gives its values from memory (a block's
+    txs spend the previous blocks'); one created by another process, from its record."""
+    f = funding(2, value=10_000)
+    created(store, f)
+    assert store.create(_standard(child((f, 0), fee=300)), 100).fee == 300  # from memory
+    other = open_utxo_store(store_url, retention=288, blob_url=f"file://{tmp_path}/blobs")
+    try:
+        assert other.create(_standard(child((f, 1), fee=70)), 100).fee == 70  # from the record
+    finally:
+        other.close()
 
 
 def test_get_unknown_is_tx_not_found(store: UtxoStore) -> None:

@@ -132,9 +132,11 @@ def test_the_real_megatx_goes_external_and_comes_back(
 def test_an_unreadable_parent_blob_leaves_a_fee_unknown_not_a_block_unstored(
     store_url: str, tmp_path: Path
 ) -> None:
-    store = open_utxo_store(store_url, blob_url=f"file://{tmp_path}/blobs", max_tx_size_in_store=300)
+    maker = open_utxo_store(store_url, blob_url=f"file://{tmp_path}/blobs", max_tx_size_in_store=300)
     parent = funding(12)
-    created(store, parent, height=100, mined=True)
+    created(maker, parent, height=100, mined=True)  # by another process: not in `store`'s memory
+    maker.close()
+    store = open_utxo_store(store_url, blob_url=f"file://{tmp_path}/blobs", max_tx_size_in_store=300)
     store.external.blobs.delete(blob_key(parent.txid, "tx"))  # type: ignore[attr-defined]
     unrelated = funding(1)
     kid = parse_tx(child((parent, 0)).raw)  # standard format: its fee needs the parent's output

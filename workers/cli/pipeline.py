@@ -13,6 +13,7 @@ import click
 from chain import ParseError, hex_to_hash
 from stores.state import StateStore, open_state_store
 from workers.cli.app import BadInput, Context, NotFound, cli, emit
+from workers.cli.progress import Reporter
 
 
 def _export(obj: Context) -> None:
@@ -29,8 +30,12 @@ def _export(obj: Context) -> None:
               help="Worker processes.")
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
 @click.option("--name", "-n", default=None, help="Node name (default: utxo-PID@HOST).")
+@click.option("--prefetch", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Messages each process takes ahead. Keep 1 for a worker of the `blocks` queue "
+                   "(a block task runs for seconds); a `-Q txs` worker may take more.")
 @click.pass_obj
-def worker_cmd(obj: Context, queues: str, concurrency: int, loglevel: str, name: str | None) -> None:
+def worker_cmd(obj: Context, queues: str, concurrency: int, loglevel: str, name: str | None,
+               prefetch: int) -> None:
     """A Celery worker of this app (`celery -A workers.app worker` is the same)."""
     _export(obj)
     obj.settings  # noqa: B018  (validate the settings before starting anything)
@@ -38,7 +43,7 @@ def worker_cmd(obj: Context, queues: str, concurrency: int, loglevel: str, name:
 
     node = name or f"utxo-{os.getpid()}@{socket.gethostname()}"
     app.worker_main(["worker", "-Q", queues, "-c", str(concurrency), "-l", loglevel, "-n", node,
-                     "--without-mingle", "--without-gossip"])
+                     "--prefetch-multiplier", str(prefetch), "--without-mingle", "--without-gossip"])
 
 
 @cli.command("beat")
@@ -81,9 +86,11 @@ def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
         name, data = _read(f)
         blocks += read_blocks(data, name)  # every file checked before anything is enqueued
     svc = services()
-    for block, raw in blocks:
-        submit_block(raw, svc)
-        emit({"enqueued": "block", "hash": block.hash_hex, "txs": len(block.txs)})
+    with Reporter() as rep, rep.step("enqueue blocks", len(blocks), "blocks") as advance:
+        for block, raw in blocks:
+            submit_block(raw, svc)
+            emit({"enqueued": "block", "hash": block.hash_hex, "txs": len(block.txs)})
+            advance(1)
 
 
 @enqueue_group.command("tx")
@@ -100,9 +107,11 @@ def enqueue_tx(obj: Context, files: tuple[str, ...]) -> None:
         name, data = _read(f)
         txs += read_txs(data, name)
     svc = services()
-    for tx in txs:
-        submit_tx(tx.serialize(extended=True) if tx.is_extended else tx.raw, svc)
-        emit({"enqueued": "tx", "txid": tx.txid_hex})
+    with Reporter() as rep, rep.step("enqueue txs", len(txs), "txs") as advance:
+        for tx in txs:
+            submit_tx(tx.serialize(extended=True) if tx.is_extended else tx.raw, svc)
+            emit({"enqueued": "tx", "txid": tx.txid_hex})
+            advance(1)
 
 
 FINAL = {"applied", "side", "invalid", "orphan"}

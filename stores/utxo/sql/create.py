@@ -19,6 +19,7 @@ import json
 import logging
 import struct
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -70,6 +71,32 @@ NO_HASH = slots.NO_HASH
 _u32 = struct.Struct("<I").pack
 
 
+class RecentOutputs:
+    """The output values of the transactions this process created last, by txid, bounded: a
+    block's transactions spend the previous blocks' mostly, and a fee needs its inputs' values.
+    A txid names its outputs for good, so an entry is never stale (not even once its record is
+    pruned or a refused block's records are deleted: a fee is computed from what the tx spends)."""
+
+    def __init__(self, max_outputs: int = 200_000) -> None:
+        self.max_outputs = max_outputs
+        self._values: OrderedDict[bytes, tuple[int, ...]] = OrderedDict()
+        self._count = 0
+
+    def add(self, tx: Tx) -> None:
+        if tx.txid in self._values or len(tx.outputs) > self.max_outputs // 4:
+            return  # a huge tx would push everything else out
+        values = tuple([o.satoshis for o in tx.outputs])
+        self._values[tx.txid] = values
+        self._count += len(values)
+        while self._count > self.max_outputs:
+            _t, old = self._values.popitem(last=False)
+            self._count -= len(old)
+
+    def get(self, txid: bytes, vout: int) -> int | None:
+        values = self._values.get(txid)
+        return values[vout] if values is not None and vout < len(values) else None
+
+
 class _Raced(Exception):
     """Another writer inserted one of our txids between our check and our insert."""
 
@@ -79,6 +106,8 @@ utxo_slots = tx_slots
 
 
 class CreateMixin(PageMixin):
+    recent: RecentOutputs  # set by the store: output values of what this process created last
+
     def create(
         self,
         tx: Tx,
@@ -173,6 +202,10 @@ class CreateMixin(PageMixin):
         for i in dups:
             txid = txs[i].txid
             results[i] = TxExists(f"tx {hash_to_hex(txid)} already exists", txid=txid)
+        recent = self.recent
+        for tx, r in zip(txs, results):
+            if isinstance(r, TxMeta):
+                recent.add(tx)
         return results  # type: ignore[return-value]
 
     def _create_external(
@@ -344,6 +377,8 @@ class CreateMixin(PageMixin):
                 parent = in_batch.get(i.prev_txid)
                 if parent is not None and i.prev_vout < len(parent.outputs):
                     values[(i.prev_txid, i.prev_vout)] = parent.outputs[i.prev_vout].satoshis
+                elif (v := self.recent.get(i.prev_txid, i.prev_vout)) is not None:
+                    values[(i.prev_txid, i.prev_vout)] = v
                 else:
                     need.add((i.prev_txid, i.prev_vout))
         if need:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from stores.blob.protocol import BlobStore
 from stores.utxo.external import ExternalTxs
-from stores.utxo.sql.create import ImportMixin
+from stores.utxo.sql.create import ImportMixin, RecentOutputs
 from stores.utxo.sql.locks import LockMixin
 from stores.utxo.sql.read import ReadMixin
 from stores.utxo.sql.spend import SpendMixin
@@ -49,6 +49,7 @@ class SqlUtxoStore(ImportMixin, SpendMixin, StateMixin, ReadMixin, LockMixin):
         self.lock_max_ttl = lock_max_ttl
         self.may_create = create
         self.block_height = 0
+        self.recent = RecentOutputs()
 
     def close_blobs(self) -> None:
         self.external.close()
