@@ -109,7 +109,8 @@ class BlockApplier:
             self.rollback(block, undo)
             raise
         self.mine_phase(block, ctx)
-        self.utxo.set_block_height(height)
+        if height > 0:  # a base block without BIP34 is height 0, which no store height may be
+            self.utxo.set_block_height(height)
         return {"txs": len(block.txs), "created": len(created), "missing_inputs": skipped}
 
     def check_known(self, block: Block, created: set[bytes]) -> None:
@@ -177,20 +178,31 @@ class BlockApplier:
                 try:
                     c = self.utxo.begin_paged(tx, ctx["height"], block.txs)
                 except TxExists:
-                    continue  # another worker creates it; the spend phase finishes it if need be
+                    if self.utxo.creation_state(tx.txid) is None:  # a creator holds only its lock
+                        raise StorageError(f"tx {tx.txid_hex} is being created by another worker "
+                                           "that has not written it yet: the block waits") from None
+                    continue  # it exists, or is half made: the spend phase finishes it if need be
                 except StorageError:
                     raise
                 except UtxoError as e:
                     raise BlockRefused(f"tx {tx.txid_hex}: {e}") from e
                 begun.append(c)
-                specs += [{"tx": i, "pages": list(p), "frozen": c.frozen} for p in chunks(c.missing, 1)]
+                per_unit = max(1, -(-len(c.missing) // MAX_UNITS))  # a page a unit, MAX_UNITS at most
+                specs += [{"tx": i, "pages": list(p), "frozen": c.frozen}
+                          for p in chunks(c.missing, per_unit)]
             self._run(block, "create", ctx, specs)
-        finally:
             for c in begun:
                 try:
                     twophase.end_creation(self.utxo, c)
                 except UtxoError as e:  # the lock lapses by itself; recovery clears the flags
                     log.warning("finishing the creation of tx %s: %s", hash_to_hex(c.txid), e)
+            begun = []
+        finally:
+            for c in begun:  # the phase failed: release the locks only (a rollback may follow)
+                try:
+                    self.utxo.release_creation_lock(c.lock)
+                except UtxoError as e:
+                    log.warning("releasing the creation lock of tx %s: %s", hash_to_hex(c.txid), e)
 
     def spend_phase(self, block: Block, ctx: dict[str, int]) -> int:
         """Spend every input; returns how many were skipped as missing (allow-missing mode).
@@ -264,6 +276,8 @@ class BlockApplier:
                 verdict = self._resolve(tx, r, in_block, resolve)
                 (retry if verdict == "retry" else deferred).append(tx)
             pending = retry
+        if pending:  # (each round resolves at least one conflict: this is a safety net)
+            raise StorageError(f"spends of {len(pending)} txs still conflict after every round")
         return skipped, deferred
 
     def _resolve(self, tx: Tx, err: UtxoError, in_block: set[bytes], conflicts: bool) -> str:

@@ -35,6 +35,7 @@ from stores.utxo.sql.locks import process_alive
 if TYPE_CHECKING:
     from workers.blockapply import BlockApplier
 
+
 log = logging.getLogger("utxoflow.fanout")
 Result = dict[str, Any]
 
@@ -84,6 +85,11 @@ def work_units(state: StateStore, applier: BlockApplier, block_hash: bytes, get_
         take_over = None
         try:
             block = get_block()
+        except StorageError as e:  # not this worker's to judge: give the unit back, stop helping
+            log.warning("%s unit %d of block %s given back: %s", phase, unit.idx, block_hash[::-1].hex(), e)
+            state.finish_unit(block_hash, phase, run, unit.idx, holder, None)
+            return ran
+        try:
             result = applier.execute(block, phase, ctx, unit.spec)
         except StorageError as e:
             result = {"error": str(e)}
@@ -111,7 +117,7 @@ class TaskFanout:
 
     def run(self, applier: BlockApplier, block: Block, phase: str, ctx: dict[str, int],
             specs: list[dict[str, Any]]) -> list[Result]:
-        if len(specs) <= 1:  # nothing to share: no board, no messages
+        if len(specs) <= 1 or self.max_helpers == 0:  # nothing to share: no board, no messages
             return LocalFanout().run(applier, block, phase, ctx, specs)
         run, holder = uuid.uuid4().hex, _holder()
         self.state.post_units(block.hash, phase, run, specs)
@@ -119,23 +125,32 @@ class TaskFanout:
             self._call_helpers(block, phase, run, ctx, min(len(specs) - 1, self.max_helpers))
             take_over: str | None = None
             poll = self.poll_s
+            refused = False
             while True:
-                if work_units(self.state, applier, block.hash, lambda: block, phase, run, ctx, holder,
-                              self.ttl_s, take_over):
+                # after a refusal nothing more is started (not even a lapsed unit): only waited for
+                if not refused and work_units(self.state, applier, block.hash, lambda: block, phase, run,
+                                              ctx, holder, self.ttl_s, take_over):
                     poll = self.poll_s
                 units = self.state.unit_states(block.hash, phase, run)
+                if len(units) != len(specs):  # another coordinator replaced or dropped the posting
+                    raise StorageError(f"{phase} phase of block {block.hash_hex}: another worker took "
+                                       "the block over (its units were reposted)")
+                refused = any("refused" in (u.result or {}) for u in units)
                 if all(u.state in (DONE, CANCELLED) for u in units):
                     break
                 take_over = next((u.holder for u in units if u.state == HELD and _gone(u.holder)), None)
-                if take_over is None:
+                if take_over is None or refused:
                     time.sleep(poll)  # others are running their units
                     poll = min(poll * 2, 0.2)
         finally:
-            self.state.drop_units(block.hash, phase)  # never left behind, whatever happened
+            self.state.drop_units(block.hash, phase, run)  # never left behind, whatever happened
         results = [u.result or {} for u in units if u.state == DONE]
         errors = [r["error"] for r in results if "error" in r]
         if errors:
             raise StorageError(f"{phase} phase of block {block.hash_hex}: {errors[0]}")
+        if not refused and any(u.state == CANCELLED for u in units):
+            raise StorageError(f"{phase} phase of block {block.hash_hex}: units were cancelled, "
+                               "yet none refused the block (another worker took it over?)")
         return results
 
     def _call_helpers(self, block: Block, phase: str, run: str, ctx: dict[str, int], n: int) -> None:
@@ -148,6 +163,23 @@ class TaskFanout:
 
 def help_with(state: StateStore, applier: BlockApplier, load: Callable[[bytes], Block], block_hex: str,
               phase: str, run: str, ctx: dict[str, int], ttl_s: float = 120.0) -> int:
-    """A helper task's work: run units of the posting until none is left; how many it ran."""
+    """A helper task's work: run units of the posting until none is left; how many it ran.
+    `load` must give only a block whose transactions match its header (Sequencer.genuine): a
+    corrupted copy, where the coordinator may hold the genuine one, raises StorageError, and
+    the unit is given back."""
     h = bytes.fromhex(block_hex)[::-1]
     return work_units(state, applier, h, lambda: load(h), phase, run, ctx, _holder(), ttl_s)
+
+
+def settle_block(state: StateStore, block_hash: bytes, wait_s: float, poll_s: float = 0.05) -> None:
+    """Before a block is taken back: cancel every posting of it (a coordinator that died left
+    its posting live), wait until no live claim can still write (holders that are dead
+    processes of this host are not waited for; others at most until their claims lapse), then
+    forget the postings."""
+    state.cancel_block(block_hash)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if all(_gone(h) for h in state.live_holders(block_hash)):
+            break
+        time.sleep(poll_s)
+    state.drop_units(block_hash)

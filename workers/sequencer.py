@@ -33,7 +33,7 @@ from stores.state import BlockEntry, BlockStatus, StateStore
 from stores.utxo import StorageError, UtxoStore
 from stores.utxo.sql.locks import process_alive
 from workers.blockapply import BlockApplier, BlockRefused
-from workers.fanout import Fanout, LocalFanout
+from workers.fanout import Fanout, LocalFanout, settle_block
 
 log = logging.getLogger("utxoflow.sequencer")
 
@@ -260,29 +260,47 @@ class Sequencer:
 
     def _rebase(self, block: Block, base: BlockEntry) -> BlockEntry:
         """Blocks were indexed out of order at the start of the chain: `block` is the parent of
-        the block taken as the base. It becomes the base, one height lower; every block above
-        gains its work; and what was applied is disconnected, so that the chain is applied
-        again from the new base, in order."""
+        the block taken as the base. It becomes the base, at the height the base rule gives it
+        (a genesis child is 1, a BIP34 block its height; else one below the old base, or 0);
+        every block above gains its work and moves to its new height; and what was applied is
+        taken back whole (its records were made at the old heights: coinbase maturity), so
+        that the chain is applied again from the new base, in order."""
         with self.lease(LEASE) as mine:
             if not mine:
                 raise StorageError("the chain is being applied; the block is indexed on a retry")
             tip = self.state.tip()
             while tip is not None:
-                self._disconnect(tip)
+                self._take_back(tip)
                 tip = self.state.tip()
             assert base.height is not None
+            rule = self._base_height(block)
+            height = rule if rule > 0 or base.height == 0 else base.height - 1
+            shift = height + 1 - base.height
             work = block_work(block.header.bits)
-            entry = self.state.add_block(block.hash, block.header.prev_hash, base.height - 1, work,
+            entry = self.state.add_block(block.hash, block.header.prev_hash, height, work,
                                          BlockStatus.PENDING, len(block.txs))
             todo = [base]
             while todo:
                 e = todo.pop()
                 if e.work is not None:
-                    self.state.update_block(e.hash, work=e.work + work)
+                    assert e.height is not None
+                    self.state.update_block(e.hash, work=e.work + work, height=e.height + shift)
                 todo += [k for k in self.state.children(e.hash) if k.work is not None]
             log.warning("block %s arrived after its child: it is the chain's base now (height %d)",
-                        block.hash_hex, base.height - 1)
+                        block.hash_hex, height)
             return entry
+
+    def _take_back(self, e: BlockEntry) -> None:
+        """Take an applied block back whole, by its undo record (its new records deleted, its
+        spends cleared), as if it had never been applied; the tip goes to its parent."""
+        undo = self.state.get_undo(e.hash)
+        if undo is None:  # no record of what it made: only unset its mining
+            self._disconnect(e)
+            return
+        self.applier.rollback(self.load(e.hash), undo)
+        self.state.delete_undo(e.hash)
+        self.state.update_block(e.hash, status=BlockStatus.SIDE)
+        self.state.set_tip(e.parent if self.state.get_block(e.parent) else None)
 
     def _base_height(self, block: Block) -> int:
         if block.header.prev_hash in GENESIS:
@@ -383,6 +401,7 @@ class Sequencer:
         undo = self.state.get_undo(block_hash)
         if undo is not None and undo.get("state") == "applying":
             log.warning("taking back block %s, left half applied", block_hash[::-1].hex())
+            settle_block(self.state, block_hash, self.lease_s)  # its units: none may still write
             self.applier.rollback(self.load(block_hash), undo)
             self.state.delete_undo(block_hash)
         self.state.set_meta(APPLYING, None)
@@ -392,6 +411,7 @@ class Sequencer:
         block = self.load(e.hash)
         undo = self.state.get_undo(e.hash)
         if undo is not None and undo.get("state") == "applying":
+            settle_block(self.state, e.hash, self.lease_s)
             self.applier.rollback(block, undo)  # left half applied (without its mark): start over
         undo = self.applier.plan(block) | {"state": "applying", "block_id": e.block_id, "height": e.height}
         self.state.put_undo(e.hash, undo)
@@ -446,6 +466,13 @@ class Sequencer:
             return b
         b = self._read(h)
         self._keep_parsed(b)
+        return b
+
+    def genuine(self, h: bytes) -> Block:
+        """`load`, for a block whose transactions match its header only (StorageError else)."""
+        b = self.load(h)
+        if h not in self._parsed:  # only checked bodies are kept
+            raise StorageError(f"the stored copy of block {h[::-1].hex()} does not match its header")
         return b
 
     def _keep_parsed(self, b: Block) -> None:

@@ -11,6 +11,8 @@ Invariants:
   claim lapses at its expiry, when anyone may take the unit again.
 - A result is written only by the unit's current holder; a unit once `done` never changes.
 - Cancelling a posting turns its unclaimed units to `cancelled`; held ones finish or lapse.
+  Before a block is taken back, every posting of it is cancelled and its live claims are waited
+  out (workers/fanout.py `settle_block`), so no unit of it writes during or after the rollback.
 """
 
 from __future__ import annotations
@@ -159,9 +161,35 @@ class ChunkBoardMixin:
             for r in self.db.read("read chunk units", q)
         ]
 
-    def drop_units(self, block: bytes, phase: str | None = None) -> None:
-        """Forget a block's postings (every phase, or one)."""
-        sql, args = "DELETE FROM chunks WHERE block = ?", (block,) if phase is None else (block, phase)
-        if phase is not None:
-            sql += " AND phase = ?"
+    def drop_units(self, block: bytes, phase: str | None = None, run: str | None = None) -> None:
+        """Forget a block's postings (every phase, or one; every run, or one)."""
+        sql, args = "DELETE FROM chunks WHERE block = ?", list[bytes | str]([block])
+        for col, val in (("phase", phase), ("run", run)):
+            if val is not None:
+                sql += f" AND {col} = ?"
+                args.append(val)
         self.db.write("drop chunk units", lambda cur: cur.execute(self.db.q(sql), tuple(args)))
+
+    def cancel_block(self, block: bytes) -> None:
+        """Nobody starts any unclaimed unit of any posting of this block any more."""
+        self.db.write(
+            "cancel a block's units",
+            lambda cur: cur.execute(
+                self.db.q("UPDATE chunks SET state = 'cancelled' WHERE block = ? AND state = 'todo'"),
+                (block,),
+            ),
+        )
+
+    def live_holders(self, block: bytes) -> list[str]:
+        """Holders of this block's units whose claims have not lapsed (they may still write)."""
+        now = _ms()
+
+        def q(cur: Any) -> list[Any]:
+            cur.execute(
+                self.db.q("SELECT DISTINCT holder FROM chunks WHERE block = ? AND state = 'held' "
+                          "AND expires_at > ?"),
+                (block, now),
+            )
+            return list(cur.fetchall())
+
+        return [str(r[0]) for r in self.db.read("read chunk holders", q)]

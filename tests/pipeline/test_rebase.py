@@ -4,9 +4,11 @@ applied again, in order, from it."""
 
 from __future__ import annotations
 
-from chain import parse_block
+from pathlib import Path
+
+from chain import iter_blk_records, parse_block
 from stores.state import BlockStatus
-from tests.pipeline.chains import Chain, confirmed_model, spend
+from tests.pipeline.chains import Chain, confirmed, confirmed_model, spend
 from workers.sequencer import Sequencer
 
 
@@ -25,3 +27,25 @@ def test_the_base_s_late_parent_becomes_the_base(seq: Sequencer) -> None:
     tip = seq.state.tip()
     assert tip is not None and tip.height == 102 and tip.hash == c.parent
     assert {(u.txid, u.vout) for u in seq.utxo.iter_utxos()} == confirmed_model(c.txs)
+
+
+def test_mainnet_blocks_without_bip34_rebase_to_the_genesis_child_s_heights(
+    seq: Sequencer, data_dir: Path
+) -> None:
+    """Early mainnet blocks have no BIP34 height: block 2 taken as the base gets height 0; its
+    late parent, block 1, a child of the genesis, must be height 1 (not -1), and every block
+    above moves up with it (regression: two workers on mainnet-1-255.blk)."""
+    raws = [raw for _off, raw in iter_blk_records((data_dir / "mainnet-1-255.blk").read_bytes())]
+    blocks = [parse_block(r) for r in raws]
+    for raw in raws[1:4]:
+        seq.submit(raw)
+    assert seq.state.tip().height == 2  # type: ignore[union-attr]  (block 4 at 0 + 2)
+    for raw in [raws[0], *raws[4:]]:
+        seq.submit(raw)
+    for h, b in ((1, blocks[0]), (2, blocks[1]), (4, blocks[3]), (255, blocks[-1])):
+        e = seq.state.get_block(b.hash)
+        assert e is not None and (e.height, e.status) == (h, BlockStatus.APPLIED), (h, e)
+    assert seq.state.tip().hash == blocks[-1].hash  # type: ignore[union-attr]
+    assert confirmed(seq.utxo) == confirmed_model([b.txs for b in blocks])
+    coinbase = seq.utxo.get(blocks[1].txs[0].txid)  # made again at its right height
+    assert list(coinbase.block_heights) == [2] and coinbase.spending_height == 102

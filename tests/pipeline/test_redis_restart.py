@@ -98,7 +98,7 @@ def test_redis_killed_mid_run_loses_nothing(pipeline: Pipeline, broker: RedisSer
     """Two workers and beat; a chain of blocks and mempool transactions (some waiting for
     parents the last blocks create) enqueued; Redis SIGKILLed once the first block is applied,
     with messages still queued, and started again. Beat's next scan re-sends what was lost."""
-    n_blocks, n_txs = 8, 1500
+    n_blocks, n_txs = 12, 1500
     funds = funding(-(-(n_blocks * n_txs + 20) // FUNDS_OUTPUTS), n_outputs=FUNDS_OUTPUTS)
     chain = pipeline.seed(funds)
     outs = [(f, v) for f in funds for v in range(FUNDS_OUTPUTS)]
@@ -112,8 +112,10 @@ def test_redis_killed_mid_run_loses_nothing(pipeline: Pipeline, broker: RedisSer
     pipeline.start_worker("w1")
     pipeline.start_worker("w2")
     pipeline.start_beat()
-    pipeline.enqueue("block", chain.blocks)
+    # the transactions first (those whose parents are in the blocks wait and retry), so that the
+    # kill lands while the blocks are being applied: applying them takes a few seconds
     pipeline.enqueue("tx", [t.raw for t in mempool])
+    pipeline.enqueue("block", chain.blocks)
     waiter = wait_start(pipeline, 100)  # before the kill (it waits for what is pending now)
     lost_with = broker.run_id()
     first = chain.height - n_blocks
