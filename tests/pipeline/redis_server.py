@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,12 @@ class RedisServer:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.kill()
+
+
+@pytest.fixture(name="broker")
+def broker_fixture(tmp_path: Path) -> Iterator[RedisServer]:
+    """A private Redis for a test that kills and restarts it (import it to use it)."""
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()

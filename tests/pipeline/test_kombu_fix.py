@@ -5,8 +5,6 @@ worker exit."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,16 +12,8 @@ import redis
 from kombu import Connection
 from kombu.transport import redis as kombu_redis
 
-from tests.pipeline.redis_server import RedisServer
+from tests.pipeline.redis_server import RedisServer, broker_fixture  # noqa: F401  (the fixture)
 from workers import kombu_fix
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 def detached_channel_holding_a_message(url: str) -> tuple[Connection, Any]:

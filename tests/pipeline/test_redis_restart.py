@@ -18,18 +18,10 @@ import pytest
 
 from chain import Tx, parse_block
 from tests.pipeline.chains import Chain, confirmed_model, funding, outpoints, spend
-from tests.pipeline.redis_server import RedisServer
+from tests.pipeline.redis_server import RedisServer, broker_fixture  # noqa: F401  (the fixture)
 from tests.pipeline.workers import Pipeline, until
 
 FUNDS_OUTPUTS = 50  # one record each at UTXO_BATCH_SIZE=50
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
