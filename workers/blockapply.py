@@ -76,6 +76,9 @@ class BlockApplier:
     allow_missing_inputs: bool = False
     chunk: int = 1000  # transactions per unit: big enough that per-unit overhead stays small
     fanout: Fanout = dataclasses.field(default_factory=LocalFanout)
+    # Called by the coordinator between units and while it waits: renews its chain lease
+    # (Sequencer._apply sets it for the block; StorageError when the lease was lost).
+    heartbeat: Callable[[], None] = lambda: None
     _undo: dict[str, Any] | None = None
     _save: Callable[[dict[str, Any]], None] | None = None
 

@@ -53,6 +53,7 @@ class LocalFanout:
             specs: list[dict[str, Any]]) -> list[Result]:
         out = []
         for spec in specs:
+            applier.heartbeat()
             r = applier.execute(block, phase, ctx, spec)
             out.append(r)
             if "refused" in r:
@@ -73,12 +74,14 @@ def _gone(holder: str | None) -> bool:
 
 def work_units(state: StateStore, applier: BlockApplier, block_hash: bytes, get_block: Callable[[], Block],
                phase: str, run: str, ctx: dict[str, int], holder: str, ttl_s: float,
-               take_over: str | None = None) -> int:
+               take_over: str | None = None, beat: Callable[[], None] | None = None) -> int:
     """Claim and run units of a posting until none is left to claim; how many this ran. A unit
     that fails on the stores records the error as its result (the coordinator reports it). The
     block is fetched only once there is a unit to run."""
     ran = 0
     while True:
+        if beat is not None:
+            beat()
         unit = state.claim_unit(block_hash, phase, run, holder, ttl_s, take_over)
         if unit is None:
             return ran
@@ -128,8 +131,9 @@ class TaskFanout:
             refused = False
             while True:
                 # after a refusal nothing more is started (not even a lapsed unit): only waited for
+                applier.heartbeat()
                 if not refused and work_units(self.state, applier, block.hash, lambda: block, phase, run,
-                                              ctx, holder, self.ttl_s, take_over):
+                                              ctx, holder, self.ttl_s, take_over, applier.heartbeat):
                     poll = self.poll_s
                 units = self.state.unit_states(block.hash, phase, run)
                 if len(units) != len(specs):  # another coordinator replaced or dropped the posting

@@ -24,7 +24,7 @@ import os
 import socket
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from chain import Block, ParseError, bip34_height, block_work, check_pow, hex_to_hash, parse_block
@@ -417,6 +417,7 @@ class Sequencer:
         self.state.put_undo(e.hash, undo)
         self.state.set_meta(APPLYING, e.hash.hex())
         t0 = time.perf_counter()
+        self.applier.heartbeat = self._renewer()
         try:
             counts = self.applier.apply(
                 block, e.height, e.block_id, undo, lambda u: self.state.put_undo(e.hash, u)
@@ -426,6 +427,8 @@ class Sequencer:
             self.state.set_meta(APPLYING, None)
             self._invalidate(e, r.reason)
             return False
+        finally:
+            self.applier.heartbeat = _no_beat
         self.state.put_undo(e.hash, undo | {"state": "applied"})
         self.state.update_block(e.hash, status=BlockStatus.APPLIED)
         self.state.set_tip(e.hash)
@@ -433,6 +436,22 @@ class Sequencer:
         log.info("applied block %s at height %d: %s in %.2f s", block.hash_hex, e.height, counts,
                  time.perf_counter() - t0)
         return True
+
+    def _renewer(self) -> Callable[[], None]:
+        """Renews the chain lease at most every quarter of its TTL while a block is applied
+        (a phase may outlast the lease); StorageError when another worker has taken it."""
+        last = time.monotonic()
+
+        def renew() -> None:
+            nonlocal last
+            if time.monotonic() - last < self.lease_s / 4:
+                return
+            if not self.state.acquire_lease(LEASE, self.holder, self.lease_s):
+                raise StorageError("the chain lease was lost while applying a block: another worker "
+                                   "applies the chain now")
+            last = time.monotonic()
+
+        return renew
 
     def _disconnect(self, e: BlockEntry) -> None:
         assert e.height is not None
@@ -493,6 +512,10 @@ class Sequencer:
         e = self.state.get_block(h)
         assert e is not None
         return e
+
+
+def _no_beat() -> None:
+    pass
 
 
 def _plus(h: int | None) -> int | None:

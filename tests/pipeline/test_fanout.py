@@ -21,7 +21,7 @@ from stores.utxo import StorageError
 from tests.pipeline.chains import spend
 from tests.pipeline.world import World
 from workers.fanout import TaskFanout, settle_block, work_units
-from workers.sequencer import Sequencer
+from workers.sequencer import LEASE, Sequencer
 
 B = hashlib.sha256(b"a block").digest()
 
@@ -103,3 +103,22 @@ def test_a_multi_record_tx_whose_creator_holds_only_its_lock_makes_the_block_wai
     tip = seq.advance()  # the lock gone, the block applies (the half-applied one taken back first)
     assert tip is not None and tip.hash == e.hash
     assert seq.utxo.get(big.txid).total_utxos == len(big.outputs)
+
+
+def test_a_coordinator_that_lost_the_chain_lease_stops(seq: Sequencer) -> None:
+    """A phase longer than the chain lease: the coordinator renews it as it goes, and stops
+    when another worker has taken it meanwhile (here, taken while the helpers are called)."""
+    w = World(seq, n_funds=30)
+    quick = Sequencer(seq.utxo, seq.state, seq.blobs, lease_s=0.4, chunk_txs=5)
+
+    def thief(_task: str, _args: list[Any]) -> None:
+        seq.state.release_lease(LEASE, quick.holder)
+        assert seq.state.acquire_lease(LEASE, "another-host:1:thief", 60)
+        time.sleep(0.15)  # past a quarter of the lease: the next heartbeat renews
+
+    quick.applier.fanout = TaskFanout(seq.state, thief, max_helpers=1)
+    e = quick.accept(quick.store_block(w.chain.next_block([spend((w.funds[i], 0)) for i in range(1, 30)])))
+    assert e is not None
+    with pytest.raises(StorageError, match="chain lease was lost"):
+        quick.advance()
+    assert seq.state.lease_holder(LEASE) == "another-host:1:thief"
