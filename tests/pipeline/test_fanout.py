@@ -20,7 +20,7 @@ from stores.state.chunks import TODO
 from stores.utxo import StorageError
 from tests.pipeline.chains import spend
 from tests.pipeline.world import World
-from workers.fanout import TaskFanout, settle_block, work_units
+from workers.fanout import TaskFanout, help_with, settle_block, work_units
 from workers.sequencer import LEASE, Sequencer
 
 B = hashlib.sha256(b"a block").digest()
@@ -122,3 +122,18 @@ def test_a_coordinator_that_lost_the_chain_lease_stops(seq: Sequencer) -> None:
     with pytest.raises(StorageError, match="chain lease was lost"):
         quick.advance()
     assert seq.state.lease_holder(LEASE) == "another-host:1:thief"
+
+
+def test_a_helper_does_not_trust_a_corrupted_stored_copy(seq: Sequencer) -> None:
+    """The coordinator may hold the genuine block while the blob store has a corrupted copy (the
+    same hash, other transactions): a helper must not run units against it."""
+    w = World(seq)
+    good = w.chain.next_block([spend((w.funds[1], 0)), spend((w.funds[2], 0))])
+    bad = seq.store_block(good[:-1] + bytes([good[-1] ^ 1]))  # the last tx's locktime changed
+    with pytest.raises(StorageError, match="does not match its header"):
+        seq.genuine(bad.hash)
+    seq.state.post_units(bad.hash, "spend", "r", [{"start": 0, "end": 3}])
+    assert help_with(seq.state, seq.applier, seq.genuine, bad.hash_hex, "spend", "r",
+                     {"height": 1002, "block_id": 5}) == 0
+    (u,) = seq.state.unit_states(bad.hash, "spend", "r")
+    assert u.state == TODO  # given back, for the coordinator
