@@ -65,8 +65,8 @@ def _holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def _gone(holder: str | None) -> bool:
-    """A holder that is a process of this host that no longer runs."""
+def holder_gone(holder: str | None) -> bool:
+    """A holder ("host:pid:…") that is a process of this host that no longer runs."""
     host, _, rest = (holder or "").partition(":")
     pid = rest.partition(":")[0]
     return host == socket.gethostname() and pid.isdigit() and not process_alive(int(pid))
@@ -142,7 +142,7 @@ class TaskFanout:
                 refused = any("refused" in (u.result or {}) for u in units)
                 if all(u.state in (DONE, CANCELLED) for u in units):
                     break
-                take_over = next((u.holder for u in units if u.state == HELD and _gone(u.holder)), None)
+                take_over = next((u.holder for u in units if u.state == HELD and holder_gone(u.holder)), None)
                 if take_over is None or refused:
                     time.sleep(poll)  # others are running their units
                     poll = min(poll * 2, 0.2)
@@ -183,7 +183,7 @@ def settle_block(state: StateStore, block_hash: bytes, wait_s: float, poll_s: fl
     state.cancel_block(block_hash)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        if all(_gone(h) for h in state.live_holders(block_hash)):
+        if all(holder_gone(h) for h in state.live_holders(block_hash)):
             break
         time.sleep(poll_s)
     state.drop_units(block_hash)

@@ -31,9 +31,8 @@ from chain import Block, ParseError, bip34_height, block_work, check_pow, hex_to
 from stores.blob.protocol import BlobNotFound, BlobStore, blob_key
 from stores.state import BlockEntry, BlockStatus, StateStore
 from stores.utxo import StorageError, UtxoStore
-from stores.utxo.sql.locks import process_alive
 from workers.blockapply import BlockApplier, BlockRefused
-from workers.fanout import Fanout, LocalFanout, settle_block
+from workers.fanout import Fanout, LocalFanout, holder_gone, settle_block
 
 log = logging.getLogger("utxoflow.sequencer")
 
@@ -160,7 +159,7 @@ class Sequencer:
         lease: the base and an orphan's parent are decided against a stable index); None when
         another is at it — try again."""
         known = self.state.get_block(block.hash)
-        if known is not None and not (corrupt(known) and check_block(block) is None):
+        if known is not None and not (corrupt(known) and self._check(block) is None):
             return known
         with self.lease(INDEX_LEASE, 30.0) as mine:
             if not mine:
@@ -199,7 +198,7 @@ class Sequencer:
             return known
         self._init_from_snapshot()
         parent = self.state.get_block(block.header.prev_hash)
-        reason = check_block(block)
+        reason = self._check(block)
         n = len(block.txs)
         h = block.hash
         if parent is None:
@@ -341,9 +340,7 @@ class Sequencer:
         got = self.state.acquire_lease(name, self.holder, ttl_s or self.lease_s)
         if not got:
             held = self.state.lease_holder(name)
-            host, _, rest = (held or "").partition(":")
-            pid = rest.partition(":")[0]
-            if held and host == socket.gethostname() and pid.isdigit() and not process_alive(int(pid)):
+            if held and holder_gone(held):
                 log.warning("taking over the %s lease of %s, a process that is gone", name, held)
                 self.state.release_lease(name, held)
                 got = self.state.acquire_lease(name, self.holder, ttl_s or self.lease_s)
@@ -493,6 +490,11 @@ class Sequencer:
         if h not in self._parsed:  # only checked bodies are kept
             raise StorageError(f"the stored copy of block {h[::-1].hex()} does not match its header")
         return b
+
+    def _check(self, b: Block) -> str | None:
+        """check_block, but not again for a block this sequencer keeps parsed (only checked
+        blocks are kept: `load` and `store_block` checked it already)."""
+        return None if self._parsed.get(b.hash) is b else check_block(b)
 
     def _keep_parsed(self, b: Block) -> None:
         if b.hash not in self._parsed and check_block(b) is None:

@@ -101,33 +101,26 @@ class Pipeline:
 
     def start_worker(self, name: str) -> subprocess.Popen[bytes]:
         """A `utxo worker` in a process group of its own (so that a test can kill it whole)."""
-        log = open(self.log_path(name), "ab")
-        start = self.log_path(name).stat().st_size
-        p = subprocess.Popen([sys.executable, "-m", "workers.cli", "worker", "-n", f"{name}@test"],
-                             env=self.env, cwd=self.tmp, stdout=log, stderr=subprocess.STDOUT,
-                             start_new_session=True)
-        log.close()
-        self.workers.append(p)
-        deadline = time.monotonic() + 60
-        while b"ready" not in self.log_path(name).read_bytes()[start:]:
-            assert p.poll() is None, self.log(name)
-            assert time.monotonic() < deadline, "worker did not start"
-            time.sleep(0.1)
-        return p
+        return self._start(name, ["worker", "-n", f"{name}@test"], b"ready", "worker")
 
     def start_beat(self, name: str = "beat") -> subprocess.Popen[bytes]:
         """`utxo beat`, in a process group of its own, kept with the workers (`stop` stops it
         too); returns once it has started."""
+        return self._start(name, ["beat"], b"beat: Starting", "beat")
+
+    def _start(self, name: str, args: list[str], ready: bytes, what: str) -> subprocess.Popen[bytes]:
+        """`utxo ARGS…` logging to NAME.log, kept with the workers; returns once the log shows
+        `ready` (fails if the process ends first or takes over a minute)."""
         log = open(self.log_path(name), "ab")
         start = self.log_path(name).stat().st_size
-        p = subprocess.Popen([sys.executable, "-m", "workers.cli", "beat"], env=self.env, cwd=self.tmp,
+        p = subprocess.Popen([sys.executable, "-m", "workers.cli", *args], env=self.env, cwd=self.tmp,
                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.workers.append(p)
         deadline = time.monotonic() + 60
-        while b"beat: Starting" not in self.log_path(name).read_bytes()[start:]:
+        while ready not in self.log_path(name).read_bytes()[start:]:
             assert p.poll() is None, self.log(name)
-            assert time.monotonic() < deadline, "beat did not start"
+            assert time.monotonic() < deadline, f"{what} did not start"
             time.sleep(0.1)
         return p
 

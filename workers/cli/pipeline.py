@@ -6,7 +6,7 @@ import os
 import socket
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -14,6 +14,8 @@ from chain import ParseError, hex_to_hash
 from stores.state import StateStore, open_state_store
 from workers.cli.app import BadInput, Context, NotFound, cli, emit
 from workers.cli.progress import Reporter
+
+T = TypeVar("T")
 
 
 def _export(obj: Context) -> None:
@@ -67,6 +69,15 @@ def _read(path: str) -> tuple[str, bytes]:
         return path, f.read()
 
 
+def _parse_all(files: tuple[str, ...], parse: Callable[[bytes, str], list[T]]) -> list[T]:
+    """Every item of every file, all parsed before anything is enqueued (bad bytes: nothing)."""
+    items: list[T] = []
+    for f in files:
+        name, data = _read(f)
+        items += parse(data, name)
+    return items
+
+
 @cli.group("enqueue")
 def enqueue_group() -> None:
     """Enqueue raw blocks or transactions (parsed first: bad bytes enqueue nothing)."""
@@ -81,10 +92,7 @@ def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
     from workers.services import services
 
     _export(obj)
-    blocks = []
-    for f in files:
-        name, data = _read(f)
-        blocks += read_blocks(data, name)  # every file checked before anything is enqueued
+    blocks = _parse_all(files, read_blocks)
     svc = services()
     with Reporter() as rep, rep.step("enqueue blocks", len(blocks), "blocks") as advance:
         for block, raw in blocks:
@@ -102,10 +110,7 @@ def enqueue_tx(obj: Context, files: tuple[str, ...]) -> None:
     from workers.services import services
 
     _export(obj)
-    txs = []
-    for f in files:
-        name, data = _read(f)
-        txs += read_txs(data, name)
+    txs = _parse_all(files, read_txs)
     svc = services()
     with Reporter() as rep, rep.step("enqueue txs", len(txs), "txs") as advance:
         for tx in txs:

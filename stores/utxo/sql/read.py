@@ -11,7 +11,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from chain import Tx, hash_to_hex, parse_tx
@@ -160,33 +160,27 @@ class ReadMixin(PageMixin):
 
     def existing(self, txids: Sequence[bytes], conflicting: bool = False) -> set[bytes]:
         """Those of `txids` the store holds a record of (only conflicting ones, if asked)."""
-        validate.txids(txids)
-
-        def q(cur: Any) -> set[bytes]:
-            found: set[bytes] = set()
-            for part in self._chunks(sorted(set(txids))):
-                found.update(
-                    bytes(r[0]) for r in self._select_txs(cur, "txid, conflicting", part, False)
-                    if r[1] or not conflicting
-                )
-            return found
-
-        return self._run_read("existing", q)
+        return self._those_kept("existing", txids, "conflicting", lambda r: bool(r[1]) or not conflicting)
 
     def mined(self, txids: Sequence[bytes]) -> set[bytes]:
         """Those of `txids` mined on the longest chain (in a block, `unmined_since` unset)."""
+        return self._those_kept("mined", txids, "unmined_since, blocks",
+                                 lambda r: r[1] is None and r[2] != "[]")
+
+    def _those_kept(
+        self, what: str, txids: Sequence[bytes], cols: str, keep: Callable[[Any], bool]
+    ) -> set[bytes]:
+        """Those of `txids` whose record's row (txid, then `cols`) `keep` accepts."""
         validate.txids(txids)
 
         def q(cur: Any) -> set[bytes]:
             found: set[bytes] = set()
             for part in self._chunks(sorted(set(txids))):
-                found.update(
-                    bytes(r[0]) for r in self._select_txs(cur, "txid, unmined_since, blocks", part, False)
-                    if r[1] is None and r[2] != "[]"
-                )
+                rows = self._select_txs(cur, f"txid, {cols}", part, False)
+                found.update(bytes(r[0]) for r in rows if keep(r))
             return found
 
-        return self._run_read("mined", q)
+        return self._run_read(what, q)
 
     def snapshot_block(self) -> tuple[int, bytes] | None:
         """(height, hash) of the block a UTXO snapshot was imported at, if one was."""
