@@ -10,7 +10,7 @@ input is spent too (`input_spend_s`), the record is read back whole with `store.
 (`get_s`, after the generated copy is freed), the confirmed view walks all its outputs
 (`view_s`) and one output is looked up (`get_output_s`); all outside `seconds`. Then the real
 999,657-byte mainnet transaction `mainnet-megatx-bb41a757.tx` (from `--data`, else
-`UTXOFLOW_DATA`, else `../shared/data`) is created through the external path (larger than the
+`UTXOFLOW_DATA`, else `tests/data`) is created through the external path (larger than the
 store's `max_tx_size_in_store`, so its bytes go to the blob store) and read back.
 
 Peak RSS must stay under `rss_limit_mb` for the whole process: the store builds page slots one
@@ -71,7 +71,7 @@ def rss_mb() -> float:
 def data_dir(arg: str | None) -> Path:
     if arg:
         return Path(arg)
-    return Path(os.environ.get("UTXOFLOW_DATA", ROOT.parent / "shared" / "data"))
+    return Path(os.environ.get("UTXOFLOW_DATA", ROOT / "tests" / "data"))
 
 
 def generate(n: int) -> tuple[Tx, Tx, Tx]:
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", choices=["sqlite", "postgresql"], default=None)
     ap.add_argument("--outputs", type=int, default=1_000_000)
     ap.add_argument("--url", help="use this (empty) UTXO store instead of a temporary one")
-    ap.add_argument("--data", help=f"directory holding {MEGATX} (default: $UTXOFLOW_DATA or ../shared/data)")
+    ap.add_argument("--data", help=f"directory holding {MEGATX} (default: $UTXOFLOW_DATA or tests/data)")
     args = ap.parse_args(argv)
     if args.outputs <= 0:
         ap.error("--outputs must be positive")

@@ -26,7 +26,7 @@ DEFAULT_BLOCK = "mainnet-413567.block"
 
 def default_block_path() -> Path:
     repo = Path(__file__).resolve().parent.parent
-    data = Path(os.environ.get("UTXOFLOW_DATA", repo.parent / "shared" / "data"))
+    data = Path(os.environ.get("UTXOFLOW_DATA", repo / "tests" / "data"))
     return data / DEFAULT_BLOCK
 
 

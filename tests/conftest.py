@@ -1,8 +1,10 @@
-"""Fixtures every test package shares: where the real mainnet data lives, and a real
-S3-compatible server (moto's server mode on 127.0.0.1, one per session) for blob stores."""
+"""Fixtures every test package shares: the real mainnet data (`tests/data`, checked against its
+checksums), and a real S3-compatible server (moto's server mode on 127.0.0.1, one per session)
+for blob stores."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import uuid
@@ -18,13 +20,21 @@ BLOB_BACKENDS = ["file", "s3"]
 PG_ADMIN = os.environ.get("UTXOFLOW_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get("UTXOFLOW_DATA", ROOT.parent / "shared" / "data"))
+OWN_DATA = ROOT / "tests" / "data"
+DATA = Path(os.environ.get("UTXOFLOW_DATA", OWN_DATA))
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    if not (DATA / "mainnet-413567.block").exists():
-        pytest.fail(f"real mainnet data not found in {DATA} (set UTXOFLOW_DATA to shared/data)")
+    """The real data, every file as its checksum says (a changed byte would make a test pass or
+    fail for the wrong reason)."""
+    for line in (OWN_DATA / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split()
+        path = DATA / name
+        if not path.is_file():
+            pytest.fail(f"real mainnet data file {name} not found in {DATA} (tests/data, or UTXOFLOW_DATA)")
+        if hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            pytest.fail(f"{path} does not match its checksum in tests/data/SHA256SUMS")
     return DATA
 
 
