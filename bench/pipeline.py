@@ -2,14 +2,16 @@
 blocks applied by the store alone (an in-process sequencer) in the same run.
 
     python -m bench.pipeline [--backend sqlite|postgresql] [--workers N] [--blocks N]
-                             [--txs-per-block N]
+                             [--txs-per-block N] [--redis URL]
 
 The chain starts from a UTXO snapshot (so its first block has outputs to spend); every block
 holds one coinbase and N 2-in/2-out transactions spending the previous block's outputs.
 `store_only_tx_per_s` applies the blocks with a `Sequencer` in this process on fresh stores;
 `tx_per_s` enqueues them (`workers.ingest.submit_block`: blob, registry, message) to N
-`utxo worker` processes on a private Redis database and waits for the tip, on other fresh
-stores. Peak RSS is per worker (main process and pool children, the largest). The last line
+`utxo worker` processes and waits for the tip, on other fresh stores. The broker is an empty
+database of the Redis at `--redis` (default `UTXO_BROKER_URL`) that the run claims, as `utxo demo`
+does: it never uses the URL's own database or one holding data, and empties only the one it
+claimed. Peak RSS is per worker (main process and pool children, the largest). The last line
 of stdout is one JSON object.
 """
 
@@ -18,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -28,14 +29,13 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from bench.store import database, log
 from chain import Tx, TxIn, parse_block
 from chain.build import build_block, build_tx, coinbase_tx, p2pkh, spend_input
 from stores.blob import open_blob_store
 from stores.state import open_state_store
 from stores.utxo import Utxo, open_utxo_store
+from workers.localredis import claim_database
 from workers.sequencer import Sequencer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,10 +125,13 @@ def rss_mb(pid: int) -> float:
     return best
 
 
-def through_workers(urls: dict[str, str], raws: list[bytes], workers: int, tmp: Path) -> tuple[float, float]:
-    db = random.randint(8, 15)
-    broker = f"redis://127.0.0.1:6379/{db}"
-    redis.Redis.from_url(broker).flushdb()
+def through_workers(
+    urls: dict[str, str], raws: list[bytes], workers: int, tmp: Path, redis_url: str
+) -> tuple[float, float]:
+    # An empty database of the Redis there, claimed for this run and emptied only while the
+    # claim is still ours: nobody's data is touched (`workers.localredis`).
+    claimed = claim_database(redis_url)
+    broker = claimed.url
     env = {
         **os.environ, "PYTHONPATH": str(ROOT), "UTXO_STORE_URL": urls["store"],
         "UTXO_STATE_URL": urls["state"], "UTXO_BLOB_URL": urls["blobs"], "UTXO_BROKER_URL": broker,
@@ -171,7 +174,7 @@ def through_workers(urls: dict[str, str], raws: list[bytes], workers: int, tmp: 
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 p.kill()
-        redis.Redis.from_url(broker).flushdb()
+        claimed.release()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--blocks", type=int, default=10)
     ap.add_argument("--txs-per-block", type=int, default=2000)
+    ap.add_argument(
+        "--redis", default=os.environ.get("UTXO_BROKER_URL", "redis://127.0.0.1:6379/0"),
+        help="the Redis to run the broker on: the run claims an empty database of it (never the "
+        "URL's own, never one holding data) and empties only that one at the end",
+    )
     args = ap.parse_args(argv)
     if min(args.workers, args.blocks, args.txs_per_block) <= 0:
         ap.error("--workers, --blocks and --txs-per-block must be positive")
@@ -198,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             urls = fresh_stores(url, tmp, "workers")
             seed(urls, entries)
             log(f"through {args.workers} workers …")
-            piped, peak = through_workers(urls, raws, args.workers, tmp)
+            piped, peak = through_workers(urls, raws, args.workers, tmp, args.redis)
     result |= {
         "tx_per_s": round(n / piped),
         "store_only_tx_per_s": round(n / alone),

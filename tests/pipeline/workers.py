@@ -1,12 +1,11 @@
 """Real `utxo worker` processes on a real Redis, for the end-to-end pipeline tests: a `Pipeline`
-is one deployment (SQLite stores and file blobs in a temporary directory, a random Redis
-database as the broker) that a test starts workers in, enqueues into, and inspects."""
+is one deployment (SQLite stores and file blobs in a temporary directory, an empty Redis
+database claimed for the test as the broker) that a test starts workers in, enqueues into, and inspects."""
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from chain import Tx
 from stores.state import StateStore, open_state_store
 from stores.utxo import UtxoStore, open_utxo_store
 from tests.pipeline.chains import Chain, seed
+from workers.localredis import claim_database
 from workers.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -219,10 +219,12 @@ def until(what: Callable[[], Any], timeout: float, poll: float = 0.02, why: str 
 
 @pytest.fixture(name="pipeline")
 def pipeline_fixture(tmp_path: Path) -> Iterator[Pipeline]:
-    db = random.randint(8, 15)
-    broker = f"redis://127.0.0.1:6379/{db}"
-    redis.Redis.from_url(broker).flushdb()
-    p = Pipeline(tmp_path, broker)
-    yield p
-    p.stop(graceful=False)  # what a test checks, it checks before; the stores are thrown away
-    redis.Redis.from_url(broker).flushdb()
+    # An empty database of the Redis at 6379 claimed for this test, emptied at the end only while
+    # the claim is still its own: no one else's data is touched (`workers.localredis`).
+    claimed = claim_database("redis://127.0.0.1:6379/0")
+    p = Pipeline(tmp_path, claimed.url)
+    try:
+        yield p
+    finally:
+        p.stop(graceful=False)  # what a test checks, it checks before; the stores are thrown away
+        claimed.release()
