@@ -23,10 +23,9 @@ from chain.tx import (
     Tx,
     TxIn,
     TxOut,
-    is_data_carrier,
     parse_tx,
-    utxo_hash,
 )
+from chain.utxo import is_data_carrier, utxo_hash, utxo_hashes
 
 __all__ = [
     "COINBASE_PREV_TXID",
@@ -51,4 +50,5 @@ __all__ = [
     "parse_tx",
     "sha256d",
     "utxo_hash",
+    "utxo_hashes",
 ]

@@ -164,16 +164,6 @@ def varint(n: int) -> bytes:
     return b"\xff" + struct.pack("<Q", n)
 
 
-def is_data_carrier(satoshis: int, script: bytes) -> bool:
-    """Zero-satoshi OP_RETURN / OP_FALSE OP_RETURN outputs never enter the UTXO set."""
-    return satoshis == 0 and (script[:1] == b"\x6a" or script[:2] == b"\x00\x6a")
-
-
-def utxo_hash(txid: bytes, vout: int, script: bytes, satoshis: int) -> bytes:
-    """SHA-256 over txid (internal order) ‖ VarInt(vout) ‖ script ‖ VarInt(satoshis)."""
-    return sha256(txid + varint(vout) + script + varint(satoshis)).digest()
-
-
 def parse_tx(data: bytes, *, allow_trailing: bool = False) -> Tx:
     """Parse one transaction, standard or extended. Trailing bytes are an error unless allowed."""
     buf = bytes(data)

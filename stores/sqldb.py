@@ -1,21 +1,28 @@
-"""A small SQL database handle for the stores that are plain tables (the state store): one
-connection, write units with retries on transient conflicts, reads, for SQLite and PostgreSQL.
+"""The one SQL layer under the UTXO and the state stores: a connection to SQLite or PostgreSQL,
+write units retried on transient conflicts, consistent reads, streams, key lookups.
 
 Invariants:
 - A write unit is one database transaction holding the write lock it needs (SQLite: BEGIN
-  IMMEDIATE, the whole database; PostgreSQL: the rows its statements lock), retried whole on a
-  transient conflict (busy, deadlock, serialization failure); anything else the database raises
-  leaves as StorageError naming the operation, with the unit rolled back.
-- Statements use `?` placeholders; `q()` translates them for the driver.
-- A URL's password never appears in a message (`mask_url`).
+  IMMEDIATE, the whole database; PostgreSQL: the rows its statements lock, `FOR UPDATE`), and
+  is retried whole on a transient conflict (busy, deadlock, serialization failure). It is
+  all-or-nothing: anything raised inside rolls it back.
+- What the database raises leaves as `StorageError` naming the operation, except a value the
+  database refuses (out of range, wrong type), which is the request's fault: the `invalid` class
+  the owner chose (a ProcessingError). A StoreError raised by the unit itself passes unchanged.
+- A read sees one snapshot (PostgreSQL: REPEATABLE READ, READ ONLY) and takes no locks.
+- Statements use `?` placeholders; `q()` translates them for the driver. A URL's password never
+  appears in a message (`mask_url`).
+- One connection per object, guarded by a lock, so an object may be shared by threads; a
+  listing (`stream`) runs on a connection of its own.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,46 +30,108 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pgerr
 
-from stores.utxo.errors import StorageError, UtxoError
-from stores.utxo.sql.base import mask_url
-from stores.utxo.sqlite import sqlite_path
+from stores.errors import ProcessingError, StorageError, StoreError
 
 T = TypeVar("T")
+Row = tuple[Any, ...]
+SQLITE = "sqlite:///"
+PG_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
+_SECRET_PARAMS = re.compile(r"(?i)((?:^|[?&;])(?:password|passwd|pass|secret|token|sslpassword)=)[^&;]*")
+
+
+def mask_url(url: str) -> str:
+    """`url` with the password of its user info and of secret-looking query parameters as ***."""
+    if "://" in url:
+        scheme, rest = url.split("://", 1)
+        netloc, sep, tail = rest.partition("/")
+        if "@" in netloc:
+            user, host = netloc.rsplit("@", 1)
+            netloc = f"{user.split(':', 1)[0]}:***@{host}" if ":" in user else f"{user}@{host}"
+        url = f"{scheme}://{netloc}{sep}{tail}"
+    return _SECRET_PARAMS.sub(r"\1***", url)
+
+
+def sqlite_path(url: str) -> str:
+    """`sqlite:///rel/path`, `sqlite:////abs/path` or `sqlite:///:memory:` → the file path."""
+    if not url.startswith(SQLITE):
+        raise ValueError(f"not a sqlite URL (expected {SQLITE}PATH): {url}")
+    path = url[len(SQLITE) :].split("?", 1)[0]
+    if not path:
+        raise ValueError(f"sqlite URL has no path: {url}")
+    return path
+
+
+def chunks(seq: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for i in range(0, len(seq), size):
+        yield seq[i : i + size]
 
 
 class Database:
-    """`sqlite:///PATH` or `postgresql://…`; `create=False` refuses a URL that holds nothing."""
+    """`sqlite:///PATH` or `postgresql://…`. `create=False` refuses a SQLite path with no file
+    (the owner checks for its tables); `pragmas` tune a SQLite connection; `invalid` is the
+    error a value the database refuses becomes."""
 
-    def __init__(self, url: str, *, create: bool = True, busy_timeout_s: float = 60.0) -> None:
+    max_retries = 8
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        what: str = "store",
+        create: bool = True,
+        pragmas: Sequence[str] = (),
+        invalid: type[StoreError] = ProcessingError,
+        busy_timeout_s: float = 60.0,
+    ) -> None:
         self.url = url
         self.url_safe = mask_url(url)
+        self.invalid = invalid
         self._lock = threading.RLock()
-        scheme = url.split("://", 1)[0].lower()
+        self._sqlite: sqlite3.Connection | None = None
+        self._pg: psycopg.Connection[Any] | None = None
+        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
         if scheme == "sqlite":
             self.dialect = "sqlite"
-            path = sqlite_path(url)
-            if path != ":memory:":
-                if not create and not Path(path).is_file():
-                    raise StorageError(f"no state store at {path}")
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-            try:
-                self._sqlite = sqlite3.connect(
-                    path, isolation_level=None, timeout=busy_timeout_s, check_same_thread=False
-                )
-                self._sqlite.execute("PRAGMA journal_mode=WAL").fetchone()
-                self._sqlite.execute("PRAGMA synchronous=NORMAL")
-                self._sqlite.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-            except sqlite3.Error as e:
-                raise StorageError(f"cannot open state store {path}: {e}") from e
-            self.blob, self.bigint = "BLOB", "INTEGER"
-        elif scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+            self.path = sqlite_path(url)
+            self.blob, self.bigint, self.for_update, self.key_chunk = "BLOB", "INTEGER", "", 500
+            self._busy_ms = int(busy_timeout_s * 1000)
+            self._open_sqlite(what, create, pragmas)
+        elif scheme in PG_SCHEMES:
             self.dialect = "postgresql"
+            self.path = ""
             self._dsn = url.replace("postgresql+psycopg://", "postgresql://", 1)
-            self._pg: psycopg.Connection[Any] | None = None
+            # keys travel as one array parameter: one round trip per 10,000
+            self.blob, self.bigint, self.for_update, self.key_chunk = "BYTEA", "BIGINT", " FOR UPDATE", 10_000
             self._connect()
-            self.blob, self.bigint = "BYTEA", "BIGINT"
         else:
-            raise ValueError(f"unknown state store URL scheme {scheme!r} (known: sqlite, postgresql)")
+            raise ValueError(f"unknown {what} URL scheme {scheme or url!r} (known: sqlite, postgresql)")
+
+    # -- connections ----------------------------------------------------------------------------
+    def _open_sqlite(self, what: str, create: bool, pragmas: Sequence[str]) -> None:
+        path = self.path
+        if path != ":memory:":
+            if not create and not Path(path).is_file():
+                raise StorageError(f"no {what} at {path}")
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StorageError(f"cannot create the directory of {what} {path}: {e}") from e
+        try:
+            conn = self._sqlite = sqlite3.connect(
+                path, isolation_level=None, timeout=self._busy_ms / 1000, check_same_thread=False,
+                cached_statements=256,
+            )
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode.lower() not in ("wal", "memory"):
+                raise StorageError(f"{what} {path} cannot use WAL journaling (got {mode!r})")
+            for pragma in ("PRAGMA synchronous=NORMAL", f"PRAGMA busy_timeout={self._busy_ms}", *pragmas):
+                conn.execute(pragma)
+        except sqlite3.Error as e:
+            self.close()
+            raise StorageError(f"cannot open {what} {path}: {e}") from e
+        except StorageError:
+            self.close()
+            raise
 
     def _connect(self) -> psycopg.Connection[Any]:
         if self._pg is None or self._pg.closed or self._pg.broken:
@@ -78,56 +147,110 @@ class Database:
     @contextmanager
     def _txn(self, write: bool) -> Iterator[Any]:
         with self._lock:
-            if self.dialect == "sqlite":
-                cur = self._sqlite.cursor()
+            if self._sqlite is not None:
+                conn = self._sqlite
+                cur = conn.cursor()
                 cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 try:
                     yield cur
                     cur.execute("COMMIT")
                 except BaseException:
-                    if self._sqlite.in_transaction:
-                        self._sqlite.execute("ROLLBACK")
+                    # also after a failed COMMIT; SQLite may have rolled back already on its own
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
                     raise
                 finally:
                     cur.close()
             else:
-                conn = self._connect()
-                with conn.transaction(), conn.cursor() as pcur:
+                pg = self._connect()
+                with pg.transaction(), pg.cursor() as pcur:
+                    if not write:  # one snapshot for every statement of a read (several chunks)
+                        pcur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                     yield pcur
 
-    def _transient(self, e: BaseException) -> bool:
+    # -- units of work --------------------------------------------------------------------------
+    def transient(self, e: BaseException) -> bool:
+        """A conflict worth retrying: busy or locked (SQLite), deadlock or serialization (PG)."""
         if isinstance(e, sqlite3.OperationalError):
-            return "locked" in str(e).lower() or "busy" in str(e).lower()
+            msg = str(e).lower()
+            return "locked" in msg or "busy" in msg
         return isinstance(e, (pgerr.DeadlockDetected, pgerr.SerializationFailure, pgerr.LockNotAvailable))
 
-    def write(self, what: str, fn: Callable[[Any], T], retries: int = 8) -> T:
+    def _failure(self, what: str, e: BaseException) -> StoreError:
+        bad_value = isinstance(e, (OverflowError, pgerr.DataError))
+        kind = self.invalid if bad_value else StorageError
+        return kind(f"{what} failed in {self.url_safe}: {type(e).__name__}: {e}")
+
+    def write(self, what: str, fn: Callable[[Any], T], retry: bool = True) -> T:
+        """Run `fn(cursor)` as one write unit; retry transient conflicts unless `retry` is off
+        (for a unit that consumes a stream and so cannot run twice)."""
         delay = 0.005
-        for attempt in range(retries + 1):
+        for attempt in range(self.max_retries + 1 if retry else 1):
             try:
                 with self._txn(True) as cur:
                     return fn(cur)
-            except UtxoError:
+            except StoreError:
                 raise
-            except (sqlite3.Error, psycopg.Error) as e:
-                if self._transient(e) and attempt < retries:
+            except (sqlite3.Error, psycopg.Error, OverflowError) as e:
+                if retry and self.transient(e) and attempt < self.max_retries:
                     time.sleep(delay)
                     delay = min(delay * 2, 0.5)
                     continue
-                raise StorageError(f"{what} failed in {self.url_safe}: {type(e).__name__}: {e}") from e
+                raise self._failure(what, e) from e
         raise AssertionError("unreachable")
 
     def read(self, what: str, fn: Callable[[Any], T]) -> T:
         try:
             with self._txn(False) as cur:
                 return fn(cur)
-        except UtxoError:
+        except StoreError:
             raise
+        except (sqlite3.Error, psycopg.Error, OverflowError) as e:
+            raise self._failure(what, e) from e
+
+    def stream(self, what: str, sql: str, params: Sequence[Any] = ()) -> Iterator[Row]:
+        """The rows of one read query, without holding them all: on a connection of its own, so
+        a long listing neither holds this object's lock nor sees one of its units half done (an
+        in-memory SQLite database exists only on this connection: it is read here, whole)."""
+        try:
+            if self.dialect == "sqlite":
+                if self.path == ":memory:":
+                    yield from self.read(what, lambda cur: cur.execute(sql, list(params)).fetchall())
+                    return
+                conn = sqlite3.connect(self.path, timeout=self._busy_ms / 1000)
+                try:
+                    cur = conn.execute(sql, list(params))
+                    while rows := cur.fetchmany(2000):
+                        yield from rows
+                finally:
+                    conn.close()
+                return
+            with psycopg.connect(self._dsn, connect_timeout=10) as conn, conn.cursor(name="stream") as pcur:
+                pcur.itersize = 5000
+                pcur.execute(self.q(sql), list(params))
+                yield from pcur
         except (sqlite3.Error, psycopg.Error) as e:
-            raise StorageError(f"{what} failed in {self.url_safe}: {type(e).__name__}: {e}") from e
+            raise StorageError(f"{what} failed in {self.url_safe}: {e}") from e
+
+    def select_in(self, cur: Any, sql: str, keys: Sequence[Any], lock: bool = False) -> list[Row]:
+        """The rows of `sql` (ending in `WHERE … col`, `?` for further parameters not allowed)
+        whose `col` is one of `keys`: one statement per `key_chunk` keys. With `lock` (in a write
+        unit), PostgreSQL takes the rows FOR UPDATE in key order, so that units locking
+        overlapping rows always lock them in the same order and cannot deadlock."""
+        out: list[Row] = []
+        for part in chunks(keys, self.key_chunk):
+            if self.dialect == "sqlite":  # a write unit holds the whole database already
+                cur.execute(f"{sql} IN ({','.join('?' * len(part))})", list(part))
+            else:
+                col = sql.rsplit(None, 1)[-1]
+                tail = f" ORDER BY {col} FOR UPDATE" if lock else ""
+                cur.execute(f"{sql} = ANY(%s){tail}", (list(part),))
+            out += cur.fetchall()
+        return out
 
     def close(self) -> None:
         with self._lock:
-            if self.dialect == "sqlite":
+            if self._sqlite is not None:
                 self._sqlite.close()
-            elif self._pg is not None:
+            if self._pg is not None:
                 self._pg.close()

@@ -8,7 +8,7 @@ from typing import Any
 from celery import Task
 
 from chain import hex_to_hash
-from stores.utxo import StorageError
+from stores.errors import StorageError
 from workers.app import app
 from workers.sequencer import BlockMissing, ChainBusy
 from workers.services import services

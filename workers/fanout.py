@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from chain import Block
 from stores.state import StateStore
 from stores.state.chunks import CANCELLED, DONE, HELD
-from stores.utxo import StorageError
-from stores.utxo.sql.locks import process_alive
+from stores.errors import StorageError
+from stores.lease import holder_gone, holder_id
 
 if TYPE_CHECKING:
     from workers.blockapply import BlockApplier
@@ -59,17 +59,6 @@ class LocalFanout:
             if "refused" in r:
                 break
         return out
-
-
-def _holder() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def holder_gone(holder: str | None) -> bool:
-    """A holder ("host:pid:…") that is a process of this host that no longer runs."""
-    host, _, rest = (holder or "").partition(":")
-    pid = rest.partition(":")[0]
-    return host == socket.gethostname() and pid.isdigit() and not process_alive(int(pid))
 
 
 def work_units(state: StateStore, applier: BlockApplier, block_hash: bytes, get_block: Callable[[], Block],
@@ -122,7 +111,7 @@ class TaskFanout:
             specs: list[dict[str, Any]]) -> list[Result]:
         if len(specs) <= 1 or self.max_helpers == 0:  # nothing to share: no board, no messages
             return LocalFanout().run(applier, block, phase, ctx, specs)
-        run, holder = uuid.uuid4().hex, _holder()
+        run, holder = uuid.uuid4().hex, holder_id()
         self.state.post_units(block.hash, phase, run, specs)
         try:
             self._call_helpers(block, phase, run, ctx, min(len(specs) - 1, self.max_helpers))
@@ -172,7 +161,7 @@ def help_with(state: StateStore, applier: BlockApplier, load: Callable[[bytes], 
     corrupted copy, where the coordinator may hold the genuine one, raises StorageError, and
     the unit is given back."""
     h = bytes.fromhex(block_hex)[::-1]
-    return work_units(state, applier, h, lambda: load(h), phase, run, ctx, _holder(), ttl_s)
+    return work_units(state, applier, h, lambda: load(h), phase, run, ctx, holder_id(), ttl_s)
 
 
 def settle_block(state: StateStore, block_hash: bytes, wait_s: float, poll_s: float = 0.05) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stores.state import StateStore
-from stores.utxo import StorageError
+from stores.errors import StorageError
 from workers.broker import BrokerUnreachable
 from workers.ingest import TASKS, publish
 from workers.services import Services

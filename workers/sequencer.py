@@ -30,9 +30,11 @@ from contextlib import contextmanager
 from chain import Block, ParseError, bip34_height, block_work, check_pow, hex_to_hash, parse_block
 from stores.blob.protocol import BlobNotFound, BlobStore, blob_key
 from stores.state import BlockEntry, BlockStatus, StateStore
-from stores.utxo import StorageError, UtxoStore
+from stores.errors import StorageError
+from stores.lease import holder_id
+from stores.utxo import UtxoStore
 from workers.blockapply import BlockApplier, BlockRefused
-from workers.fanout import Fanout, LocalFanout, holder_gone, settle_block
+from workers.fanout import Fanout, LocalFanout, settle_block
 
 log = logging.getLogger("utxoflow.sequencer")
 
@@ -127,7 +129,7 @@ class Sequencer:
         self.applier = BlockApplier(utxo, allow_missing_inputs=allow_missing_inputs, chunk=chunk_txs,
                                     fanout=fanout or LocalFanout())
         self.lease_s = lease_s
-        self.holder = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self.holder = holder_id(f"{id(self):x}")
         self._parsed: OrderedDict[bytes, Block] = OrderedDict()
 
     # -- arrival -------------------------------------------------------------------------------
@@ -334,16 +336,9 @@ class Sequencer:
     # -- the best chain --------------------------------------------------------------------------
     @contextmanager
     def lease(self, name: str = LEASE, ttl_s: float | None = None) -> Iterator[bool]:
-        """Hold the lease `name` while inside (yields False when another worker holds it). A
-        holder that is a dead process of this host is taken over at once; one on another host
-        is waited out (its lease lapses after the TTL)."""
+        """Hold the lease `name` while inside (yields False when another worker holds it; one
+        that lapsed, or whose holder is a dead process of this host, is taken: `stores.lease`)."""
         got = self.state.acquire_lease(name, self.holder, ttl_s or self.lease_s)
-        if not got:
-            held = self.state.lease_holder(name)
-            if held and holder_gone(held):
-                log.warning("taking over the %s lease of %s, a process that is gone", name, held)
-                self.state.release_lease(name, held)
-                got = self.state.acquire_lease(name, self.holder, ttl_s or self.lease_s)
         try:
             yield got
         finally:

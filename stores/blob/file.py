@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from stores.blob.protocol import BlobNotFound, check_key
-from stores.utxo.errors import StorageError
+from stores.errors import StorageError
 
 PREFIX = "file://"
 MARKS = ".dah"

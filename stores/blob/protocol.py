@@ -16,13 +16,13 @@ from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
 from chain import hash_to_hex
-from stores.utxo.errors import ProcessingError, UtxoError
+from stores.errors import ProcessingError, StoreError
 
 KINDS = ("tx", "outputs", "block")
 _KEY = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$")
 
 
-class BlobNotFound(UtxoError):
+class BlobNotFound(StoreError):
     code = "BLOB_NOT_FOUND"
 
     def __init__(self, key: str) -> None:

@@ -22,7 +22,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from stores.blob.protocol import BlobNotFound, check_key
-from stores.utxo.errors import StorageError
+from stores.errors import StorageError
 
 DAH_TAG = "delete_at_height"
 _MISSING = {"404", "NoSuchKey", "NotFound"}

@@ -8,14 +8,18 @@ numbers on both databases (work can exceed any integer column).
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
+from stores.errors import StorageError
+from stores.lease import lapsed
 from stores.sqldb import Database
 from stores.state.chunks import ChunkBoardMixin, chunk_ddl
 from stores.state.pending import PendingTable, pending_ddl
 from stores.state.protocol import BlockEntry, BlockStatus
-from stores.utxo.errors import StorageError
+
+log = logging.getLogger("utxoflow.state")
 
 SCHEMA = "utxoflow-state-1"
 COLS = "hash, parent, height, work, status, reason, block_id, seq, n_txs"
@@ -66,7 +70,7 @@ class SqlStateStore(ChunkBoardMixin, PendingTable):
     def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = url
         self._create = create
-        self.db = Database(url, create=create)
+        self.db = Database(url, what="state store", create=create)
         try:
             self.db.write("create the state schema", self._schema)
         except BaseException:
@@ -252,10 +256,12 @@ class SqlStateStore(ChunkBoardMixin, PendingTable):
 
         def unit(cur: Any) -> bool:
             q = self.db.q
-            cur.execute(
-                q("DELETE FROM leases WHERE name = ? AND (expires_at <= ? OR holder = ?)"),
-                (name, now, holder),
-            )
+            cur.execute(q(f"SELECT holder, expires_at FROM leases WHERE name = ?{self.db.for_update}"), (name,))
+            held = cur.fetchone()
+            if held is not None and (held[0] == holder or lapsed(held[0], held[1], now)):
+                if held[0] != holder and held[1] > now:
+                    log.warning("taking over the %s lease of %s, a process that is gone", name, held[0])
+                cur.execute(q("DELETE FROM leases WHERE name = ? AND holder = ?"), (name, held[0]))
             cur.execute(
                 q(
                     "INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?) "

@@ -1,8 +1,9 @@
-"""The UTXO store's errors: a small hierarchy with stable codes.
+"""The UTXO store's verdicts on records: a small hierarchy with stable codes (Teranode's).
 
 Every error names what it is about (`txid`, or `outpoint` as (txid, vout)), in internal byte
 order, and its message shows hashes as Bitcoin shows them. `code` is stable: callers and the CLI
-match on it, never on message text.
+match on it, never on message text. `StorageError` (the backend failed) is every store's, from
+`stores.errors`, and re-exported here for the UTXO store's callers.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from chain import hash_to_hex
+from stores import errors as base
+from stores.errors import StorageError as StorageError  # re-exported: the UTXO store raises it
+from stores.errors import StoreError
 
 Outpoint = tuple[bytes, int]
 
@@ -18,7 +22,7 @@ def fmt_outpoint(op: Outpoint) -> str:
     return f"{hash_to_hex(op[0])}:{op[1]}"
 
 
-class UtxoError(Exception):
+class UtxoError(StoreError):
     code: ClassVar[str] = "UTXO_ERROR"
 
     def __init__(self, message: str, *, txid: bytes | None = None, outpoint: Outpoint | None = None) -> None:
@@ -27,7 +31,7 @@ class UtxoError(Exception):
         self.outpoint = outpoint
 
     def to_json(self) -> dict[str, object]:
-        d: dict[str, object] = {"code": self.code, "message": str(self)}
+        d = super().to_json()
         if self.txid is not None:
             d["txid"] = hash_to_hex(self.txid)
         if self.outpoint is not None:
@@ -58,12 +62,27 @@ class UtxoSpent(UtxoError):
         self.spending_vin = spending_vin
 
 
+class InvalidSpend(UtxoError):
+    """The spender is a child that was pruned (the parent lists it in `deleted_children`): a
+    replay of a transaction that was mined and deleted long ago."""
+
+    code = "INVALID_SPEND"
+
+
 class UtxoFrozen(UtxoError):
     code = "UTXO_FROZEN"
 
     def __init__(self, message: str, *, outpoint: Outpoint, until: int | None = None) -> None:
         super().__init__(message, outpoint=outpoint)
         self.until = until  # None: frozen outright; else spendable from this height on
+
+
+class UtxoAlreadyFrozen(UtxoError):
+    code = "UTXO_ALREADY_FROZEN"
+
+
+class UtxoNotFrozen(UtxoError):
+    code = "UTXO_NOT_FROZEN"
 
 
 class TxLocked(UtxoError):
@@ -92,13 +111,7 @@ class UtxoMismatch(UtxoError):
     code = "UTXO_HASH_MISMATCH"
 
 
-class StorageError(UtxoError):
-    """The backing store failed (connection, disk, server): retryable, never a verdict on data."""
-
-    code = "STORAGE_ERROR"
-
-
-class ProcessingError(UtxoError):
+class ProcessingError(UtxoError, base.ProcessingError):
     """A request the store cannot carry out as asked (bad argument, invalid state change)."""
 
     code = "PROCESSING_ERROR"

@@ -10,7 +10,7 @@ import pytest
 
 from chain import parse_block
 from stores.blob import BlobNotFound, BlobStore, blob_key, open_blob_store
-from stores.utxo.errors import ProcessingError, StorageError
+from stores.errors import ProcessingError, StorageError
 from tests.processes import race
 
 
@@ -141,7 +141,7 @@ import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG instead
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # a disk that fills after 4 KiB
 from stores.blob import open_blob_store
-from stores.utxo.errors import StorageError
+from stores.errors import StorageError
 store = open_blob_store(sys.argv[1])
 try:
     store.put_if_absent("ab/big.block", b"x" * 100_000)

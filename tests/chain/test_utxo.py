@@ -63,3 +63,21 @@ def test_data_carriers_in_a_real_block(block_413567: Block) -> None:
     assert len(carriers) < len(outputs) // 10
     # The coinbase's witness-commitment-free payouts are ordinary outputs.
     assert not any(is_data_carrier(o.satoshis, o.script) for o in block_413567.txs[0].outputs if o.satoshis)
+
+
+def test_the_fast_form_agrees_with_utxo_hash_at_every_varint_width() -> None:
+    """`utxo_hashes` (the create path's fast form) gives `utxo_hash` of every output, None for a
+    data carrier, across the VarInt boundaries of both vout and satoshis."""
+    from chain import utxo_hashes
+    from chain.tx import TxOut
+
+    txid = hex_to_hash(VECTOR_TXID)
+    amounts = [0, 1, 0xFC, 0xFD, 0xFFFF, 0x10000, 0xFFFFFFFF, 0x100000000, 21 * 10**14]
+    scripts = [b"", b"\x51", bytes.fromhex(VECTOR_SCRIPT), b"\x6a\x01", b"\x00\x6a", b"\x00\x6b"]
+    outs = [TxOut(a, s) for a in amounts for s in scripts]
+    for start in (0, 0xFC - 3, 0xFFFF - 10, 0x10000):
+        got = utxo_hashes(txid, outs, start)
+        want = [None if is_data_carrier(o.satoshis, o.script) else utxo_hash(txid, start + k, o.script, o.satoshis)
+                for k, o in enumerate(outs)]
+        assert got == want
+        assert sum(h is None for h in got) == 2  # the zero-satoshi 6a and 006a outputs

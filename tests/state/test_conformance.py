@@ -15,7 +15,7 @@ import pytest
 
 from stores.state import BlockEntry, BlockStatus, StateStore, open_state_store
 from stores.state.sql import SCHEMA
-from stores.utxo.errors import StorageError
+from stores.errors import StorageError
 from stores.utxo.sqlite import sqlite_path
 from tests.processes import race
 from tests.state.conftest import raw_sql
