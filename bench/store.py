@@ -98,21 +98,21 @@ def checkpoint(store: UtxoStore) -> float:
     if not s.url.startswith("sqlite"):
         return 0.0
     t0 = time.perf_counter()
-    s._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # outside any transaction
+    s.db.outside("PRAGMA wal_checkpoint(TRUNCATE)")
     return time.perf_counter() - t0
 
 
 def limit_rows(txs: list[Tx], height: int, ids: Iterator[int]) -> list[tuple[Any, ...]]:
     """The rows the store ends with for these txs (spent, mined), ready for a plain insert."""
-    from stores.utxo.sql.create import utxo_slots
+    from stores.utxo.kernel.create import tx_slots
 
     rows = []
     for tx in txs:
-        packed, n = utxo_slots(tx)
+        packed, n = tx_slots(tx)
         spent = b"".join(packed[k : k + 32] + b"\x01" * 36 for k in range(0, len(packed), 68))
         rows.append((
             next(ids), tx.txid, tx.version, tx.locktime, 500, tx.size, 0, 0, 0, 0, 0, None, 0, None,
-            height + 288, 0, 0, n, n, f"[[{height},{height},0]]", b"", "[]", "{}", b"\x00" * 72,
+            height + 288, 0, 0, n, n, f"[[{height},{height},0]]", b"", b"", "[]", "{}", b"\x00" * 72,
             spent, 1, tx.raw,
         ))
     return rows
@@ -124,12 +124,12 @@ def run(store: UtxoStore, funding: list[Tx], batches: list[list[Tx]]) -> tuple[d
     conditions and database size. On SQLite each side then checkpoints the WAL it wrote, inside
     its own timing, so neither pays for the other's pages."""
     from stores.utxo.sql import schema
-    from stores.utxo.sql.create import INSERT_TX
+    from stores.utxo.sql.codec import INSERT_TX
 
     s: Any = store
     sqlite = s.url.startswith("sqlite")
     if sqlite:
-        s._conn.execute("PRAGMA wal_autocheckpoint=0").fetchall()
+        s.db.outside("PRAGMA wal_autocheckpoint=0")
 
     def twin(cur: Any) -> None:
         cur.execute("DROP TABLE IF EXISTS bench_txs")
@@ -140,8 +140,8 @@ def run(store: UtxoStore, funding: list[Tx], batches: list[list[Tx]]) -> tuple[d
         for ix in schema.INDEXES:
             cur.execute(ix.replace("EXISTS txs_", "EXISTS bench_txs_").replace(" ON txs ", " ON bench_txs "))
 
-    s._run_write("bench twin table", twin)
-    insert = s._q(
+    s.db.write("bench twin table", twin)
+    insert = s.db.q(
         INSERT_TX.replace("INTO txs", "INTO bench_txs").replace(" ON CONFLICT (txid) DO NOTHING", "")
     )
     store.create_many(funding, 1, [BlockInfo(0, 1)])
@@ -170,7 +170,7 @@ def run(store: UtxoStore, funding: list[Tx], batches: list[list[Tx]]) -> tuple[d
             cur.executemany(insert, rows)
 
         t0 = time.perf_counter()
-        s._run_write("bench limit", unit)
+        s.db.write("bench limit", unit)
         limit += time.perf_counter() - t0 + checkpoint(store)
     return t, limit
 

@@ -28,13 +28,17 @@ def is_data_carrier(satoshis: int, script: bytes) -> bool:
 
 
 def utxo_hash(txid: bytes, vout: int, script: bytes, satoshis: int) -> bytes:
-    """SHA-256 over txid (internal order) ‖ VarInt(vout) ‖ script ‖ VarInt(satoshis)."""
-    return sha256(
-        txid
-        + (_ONE[vout] if vout < 0xFD else varint(vout))
-        + script
-        + (_ONE[satoshis] if satoshis < 0xFD else varint(satoshis))
-    ).digest()
+    """SHA-256 over txid (internal order) ‖ VarInt(vout) ‖ script ‖ VarInt(satoshis). (The
+    satoshis' VarInt is written out here: every input of every block is hashed this way.)"""
+    if satoshis < 0xFD:
+        sb = _ONE[satoshis]
+    elif satoshis > 0xFFFFFFFF:
+        sb = b"\xff" + satoshis.to_bytes(8, "little")
+    elif satoshis > 0xFFFF:
+        sb = b"\xfe" + satoshis.to_bytes(4, "little")
+    else:
+        sb = b"\xfd" + satoshis.to_bytes(2, "little")
+    return sha256(txid + (_ONE[vout] if vout < 0xFD else varint(vout)) + script + sb).digest()
 
 
 def utxo_hashes(txid: bytes, outputs: Sequence[TxOut], start: int = 0) -> list[bytes | None]:
@@ -47,8 +51,13 @@ def utxo_hashes(txid: bytes, outputs: Sequence[TxOut], start: int = 0) -> list[b
         if sats == 0 and (script[:1] == b"\x6a" or script[:2] == b"\x00\x6a"):
             append(None)
             continue
-        append(sha256(
-            txid + (one[vout] if vout < 0xFD else varint(vout)) + script
-            + (one[sats] if sats < 0xFD else varint(sats))
-        ).digest())
+        if sats < 0xFD:
+            sb = one[sats]
+        elif sats > 0xFFFFFFFF:
+            sb = b"\xff" + sats.to_bytes(8, "little")
+        elif sats > 0xFFFF:
+            sb = b"\xfe" + sats.to_bytes(4, "little")
+        else:
+            sb = b"\xfd" + sats.to_bytes(2, "little")
+        append(sha256(txid + (one[vout] if vout < 0xFD else varint(vout)) + script + sb).digest())
     return out

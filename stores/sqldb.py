@@ -94,6 +94,7 @@ class Database:
             self.dialect = "sqlite"
             self.path = sqlite_path(url)
             self.blob, self.bigint, self.for_update, self.key_chunk = "BLOB", "INTEGER", "", 500
+            self.empty_blob = "X''"
             self._busy_ms = int(busy_timeout_s * 1000)
             self._open_sqlite(what, create, pragmas)
         elif scheme in PG_SCHEMES:
@@ -102,6 +103,7 @@ class Database:
             self._dsn = url.replace("postgresql+psycopg://", "postgresql://", 1)
             # keys travel as one array parameter: one round trip per 10,000
             self.blob, self.bigint, self.for_update, self.key_chunk = "BYTEA", "BIGINT", " FOR UPDATE", 10_000
+            self.empty_blob = "'\\x'::bytea"
             self._connect()
         else:
             raise ValueError(f"unknown {what} URL scheme {scheme or url!r} (known: sqlite, postgresql)")
@@ -247,6 +249,17 @@ class Database:
                 cur.execute(f"{sql} = ANY(%s){tail}", (list(part),))
             out += cur.fetchall()
         return out
+
+    def outside(self, sql: str) -> list[Row]:
+        """Run one SQLite statement outside any transaction (a WAL checkpoint, a pragma)."""
+        assert self._sqlite is not None, "SQLite only"
+        with self._lock:
+            return self._sqlite.execute(sql).fetchall()
+
+    def backend_pid(self) -> int:
+        """The PostgreSQL server process of this object's connection (fault injection kills it)."""
+        with self._lock:
+            return int(self._connect().info.backend_pid)
 
     def close(self) -> None:
         with self._lock:

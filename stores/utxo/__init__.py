@@ -4,6 +4,7 @@
 """
 
 from stores.utxo.errors import (
+    InvalidSpend,
     ProcessingError,
     SpendRejected,
     StorageError,
@@ -13,13 +14,16 @@ from stores.utxo.errors import (
     TxExists,
     TxLocked,
     TxNotFound,
+    UtxoAlreadyFrozen,
     UtxoError,
     UtxoFrozen,
     UtxoMismatch,
     UtxoNotFound,
+    UtxoNotFrozen,
     UtxoSpent,
 )
 from stores.utxo.factory import open_utxo_store
+from stores.utxo.kernel.spend import Ignore
 from stores.utxo.protocol import UtxoStore
 from stores.utxo.records import (
     BlockInfo,
@@ -34,6 +38,8 @@ from stores.utxo.records import (
 
 __all__ = [
     "BlockInfo",
+    "Ignore",
+    "InvalidSpend",
     "OutputInfo",
     "ProcessingError",
     "Spend",
@@ -49,10 +55,12 @@ __all__ = [
     "TxMeta",
     "TxNotFound",
     "Utxo",
+    "UtxoAlreadyFrozen",
     "UtxoError",
     "UtxoFrozen",
     "UtxoMismatch",
     "UtxoNotFound",
+    "UtxoNotFrozen",
     "UtxoSpent",
     "UtxoStats",
     "UtxoStore",

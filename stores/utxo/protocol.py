@@ -4,21 +4,24 @@ Shape: batch calls first (a block's worth of transactions per call), each atomic
 reporting per-item results, so that it maps onto Aerospike batch operations with Lua UDFs as
 well as onto SQL transactions. The single-item methods are thin conveniences over the batch ones.
 
-Contract every backend keeps (the conformance suite in tests/stores checks each):
+Contract every backend keeps (the conformance suite in tests/stores checks each): it runs the
+rules of the record kernel (`stores.utxo.kernel`) and nothing else.
 - create is create-only: an existing txid is TxExists and changes nothing.
 - a spend either records every input of the transaction or none of them.
-- the same spender spending the same output again is a success (Celery delivers at least once).
-- delete_at_height is set only when a rule of `stores.utxo.rules.next_dah` says so.
+- the same spender spending the same output again is a success (Celery delivers at least once),
+  unless that spender was pruned since (INVALID_SPEND).
+- delete_at_height is set only when `kernel.dah` says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from chain import Tx
+from stores.errors import StoreError
 from stores.utxo.errors import UtxoError
-from stores.utxo.pages import CreationState, MasterRecord, Page
+from stores.utxo.kernel.spend import NO_IGNORE, Ignore
 from stores.utxo.records import (
     BlockInfo,
     CreationLock,
@@ -29,34 +32,9 @@ from stores.utxo.records import (
     Utxo,
     UtxoStats,
 )
-
-if TYPE_CHECKING:
-    from stores.utxo.external import ExternalTxs
-    from stores.utxo.twophase import Creation
+from stores.utxo.twophase import Creation, PagedRecords
 
 Outpoint = tuple[bytes, int]
-
-
-class PagedRecords(Protocol):
-    """The record-level calls a backend gives the coordinator."""
-
-    batch_size: int
-    retention: int
-    external: ExternalTxs
-
-    def _height(self, hint: int = 0) -> int: ...
-    def acquire_creation_lock(
-        self, txid: bytes, expected_recs: int, options: dict[str, Any] | None = None
-    ) -> CreationLock | None: ...
-    def creation_options(self, txid: bytes) -> dict[str, Any] | None: ...
-    def release_creation_lock(self, lock: CreationLock) -> bool: ...
-    def creation_state(self, txid: bytes) -> CreationState | None: ...
-    def create_master(
-        self, rec: MasterRecord, creating: bool = True, options: dict[str, Any] | None = None
-    ) -> bool: ...
-    def create_page(self, page: Page) -> bool: ...
-    def clear_creating_children(self, txid: bytes) -> int: ...
-    def clear_creating_master(self, txid: bytes) -> bool: ...
 
 
 @runtime_checkable
@@ -78,7 +56,7 @@ class UtxoStore(PagedRecords, Protocol):
         locked: bool = False,
         conflicting: bool = False,
         frozen: bool = False,
-    ) -> list[TxMeta | UtxoError]: ...
+    ) -> list[TxMeta | StoreError]: ...
 
     def create(
         self,
@@ -119,10 +97,12 @@ class UtxoStore(PagedRecords, Protocol):
 
     # -- spends -----------------------------------------------------------------------------
     def spend_many(
-        self, txs: Sequence[Tx], block_height: int, missing_ok: bool = False
+        self, txs: Sequence[Tx], block_height: int, missing_ok: bool = False, ignore: Ignore = NO_IGNORE
     ) -> list[list[Spend] | UtxoError]: ...
-    def spend(self, tx: Tx, block_height: int) -> list[Spend]: ...
-    def unspend(self, spends: Sequence[Spend]) -> list[bool]: ...
+    def spend(self, tx: Tx, block_height: int, ignore: Ignore = NO_IGNORE) -> list[Spend]: ...
+    def unspend(self, spends: Sequence[Spend], lock_parents: bool = False) -> list[UtxoError | None]:
+        """Take back each spend whose output has the given UTXO hash, whoever made it."""
+        ...
 
     # -- block membership -------------------------------------------------------------------
     def set_mined_multi(

@@ -61,6 +61,7 @@ class TxMeta(NamedTuple):
     total_utxos: int = 0
     spent_utxos: int = 0
     reassignments: Sequence[dict[str, Any]] = ()
+    deleted_children: Sequence[bytes] = ()
     tx: Tx | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -89,6 +90,7 @@ class TxMeta(NamedTuple):
             "total_utxos": self.total_utxos,
             "spent_utxos": self.spent_utxos,
             "reassignments": list(self.reassignments),
+            "deleted_children": [hash_to_hex(c) for c in self.deleted_children],
         }
 
 

@@ -32,14 +32,16 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 from chain import Tx, hash_to_hex
 from stores.blob.protocol import BlobNotFound
-from stores.utxo.errors import StorageError, TxExists, UtxoError
-from stores.utxo.pages import MasterRecord, Page, count_utxos, page_count, page_slots
-from stores.utxo.protocol import PagedRecords
+from stores.errors import StorageError, StoreError
+from stores.utxo.errors import TxExists
+from stores.utxo.external import ExternalTxs
+from stores.utxo.kernel import create
+from stores.utxo.kernel.record import Record, meta_of
 from stores.utxo.records import BlockInfo, CreationLock, TxMeta
-from stores.utxo.rules import COINBASE_MATURITY, next_dah
 
 log = logging.getLogger("utxoflow.twophase")
 
@@ -59,6 +61,27 @@ def park(point: str) -> None:
         time.sleep(3600)
 
 
+class PagedRecords(Protocol):
+    """The record-level calls a backend gives the coordinator."""
+
+    batch_size: int
+    retention: int
+    external: ExternalTxs
+
+    def height_for(self, hint: int = 0) -> int:
+        """The height a rule counts from: `hint` or the store's, whichever is higher."""
+    def acquire_creation_lock(
+        self, txid: bytes, expected_recs: int, options: dict[str, Any] | None = None
+    ) -> CreationLock | None: ...
+    def creation_options(self, txid: bytes) -> dict[str, Any] | None: ...
+    def release_creation_lock(self, lock: CreationLock) -> bool: ...
+    def creation_state(self, txid: bytes) -> CreationState | None: ...
+    def create_master(self, rec: Record, creating: bool = True, options: dict[str, Any] | None = None) -> bool: ...
+    def create_page(self, page: Record) -> bool: ...
+    def clear_creating_children(self, txid: bytes) -> int: ...
+    def clear_creating_master(self, txid: bytes) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Creation:
     """A begun creation: the lock to release and what the pages are."""
@@ -71,6 +94,20 @@ class Creation:
     missing: tuple[int, ...]  # the child pages not written yet when this attempt began
 
 
+@dataclass(frozen=True, slots=True)
+class CreationState:
+    """Where a multi-record creation stands: the master's flag and which pages exist."""
+
+    creating: bool
+    total_extra_recs: int
+    pages: frozenset[int]  # existing page indexes, the master (0) included
+    frozen: bool  # the creation asked for frozen outputs
+
+    @property
+    def missing(self) -> list[int]:
+        return [k for k in range(self.total_extra_recs + 1) if k not in self.pages]
+
+
 def master_record(
     store: PagedRecords,
     tx: Tx,
@@ -81,55 +118,34 @@ def master_record(
     conflicting: bool,
     frozen: bool,
     fee: int | None,
-) -> MasterRecord:
-    coinbase = tx.is_coinbase
-    total = count_utxos(tx)
-    mined = bool(blocks)
-    dah = next_dah(
-        current=None, conflicting=conflicting, locked=locked, preserve_until=None, spent=0,
-        utxos=total, mined_on_longest=mined, height=store._height(block_height), retention=store.retention,
-    )
-    return MasterRecord(
-        txid=tx.txid,
-        version=tx.version,
-        locktime=tx.locktime,
-        fee=fee,
-        size_in_bytes=tx.size,
-        is_coinbase=coinbase,
-        spending_height=block_height + COINBASE_MATURITY if coinbase else 0,
-        inpoints=tuple(tx.inpoints()),
-        total_utxos=total,
-        total_extra_recs=page_count(len(tx.outputs), store.batch_size) - 1,
-        blocks=tuple((b.block_id, b.block_height, b.subtree_idx) for b in blocks),
-        unmined_since=None if mined else block_height,
-        locked=locked,
-        conflicting=conflicting,
-        delete_at_height=dah,
-        created_at=int(time.time() * 1000),
-        utxos=page_slots(tx, 0, store.batch_size, frozen)[0],
-        block_height=block_height,
+) -> Record:
+    """The master record of an external transaction (`kernel.create.master`)."""
+    return create.master(
+        tx, block_height, [(b.block_id, b.block_height, b.subtree_idx) for b in blocks], fee,
+        batch_size=store.batch_size, retention=store.retention, dah_height=store.height_for(block_height),
+        created_at=int(time.time() * 1000), locked=locked, conflicting=conflicting, frozen=frozen, external=True,
     )
 
 
-def meta_of(rec: MasterRecord, tx: Tx, creating: bool) -> TxMeta:
-    return TxMeta(
-        txid=rec.txid, fee=rec.fee, size_in_bytes=rec.size_in_bytes, is_coinbase=rec.is_coinbase,
-        version=rec.version, locktime=rec.locktime, inpoints=list(rec.inpoints), locked=rec.locked,
-        creating=creating, conflicting=rec.conflicting, unmined_since=rec.unmined_since,
-        created_at=rec.created_at, delete_at_height=rec.delete_at_height,
-        spending_height=rec.spending_height, block_ids=[b[0] for b in rec.blocks],
-        block_heights=[b[1] for b in rec.blocks], subtree_idxs=[b[2] for b in rec.blocks],
-        external=True, total_extra_recs=rec.total_extra_recs, total_utxos=rec.total_utxos, tx=tx,
-    )
+def options(rec: Record, block_height: int, frozen: bool) -> dict[str, Any]:
+    """How a creation was asked for, as the lock row (and the creating master) keep it: a
+    recovery that finds only the blob rebuilds exactly that."""
+    return {
+        "block_height": block_height, "blocks": [list(b) for b in rec.block_list()],
+        "locked": rec.locked, "conflicting": rec.conflicting, "frozen": frozen, "fee": rec.fee,
+    }
 
 
-def begin_creation(store: PagedRecords, tx: Tx, rec: MasterRecord, frozen: bool) -> Creation:
+def begin_creation(
+    store: PagedRecords, tx: Tx, rec: Record, frozen: bool, block_height: int | None = None
+) -> Creation:
     """Steps 1–3 for the master: lock, blob, master page. Children follow with `write_pages`;
     then `end_creation`. Raises TxExists when another creator holds the lock or the
     transaction is complete already; on any other failure the lock is released."""
     txid = tx.txid
     pages = rec.total_extra_recs + 1
-    lock = store.acquire_creation_lock(txid, pages, rec.options(frozen))
+    opts = options(rec, store.height_for() if block_height is None else block_height, frozen)
+    lock = store.acquire_creation_lock(txid, pages, opts)
     if lock is None:
         raise TxExists(f"tx {hash_to_hex(txid)} is being created by another worker", txid=txid)
     park("after_lock")
@@ -140,7 +156,7 @@ def begin_creation(store: PagedRecords, tx: Tx, rec: MasterRecord, frozen: bool)
         store.external.put_tx(tx)
         park("after_blob")
         if state is None or 0 not in state.pages:
-            store.create_master(rec, options=rec.options(frozen))
+            store.create_master(rec, options=opts)
         park("after_page:1")
     except BaseException:
         _release_quietly(store, lock)
@@ -153,7 +169,7 @@ def begin_creation(store: PagedRecords, tx: Tx, rec: MasterRecord, frozen: bool)
 def _release_quietly(store: PagedRecords, lock: CreationLock) -> None:
     try:
         store.release_creation_lock(lock)
-    except UtxoError as e:  # it lapses by itself; the caller's own error matters more
+    except StoreError as e:  # it lapses by itself; the caller's own error matters more
         log.warning("could not release the creation lock of tx %s: %s", hash_to_hex(lock.txid), e)
 
 
@@ -161,12 +177,10 @@ def write_pages(store: PagedRecords, tx: Tx, indexes: Iterable[int], frozen: boo
     """Create these child pages (create-only; an existing one is kept). Any worker may run this
     for its own group of pages. Returns how many this call created."""
     made = 0
-    b = store.batch_size
     for k in indexes:
         if k <= 0:
             continue  # the master is written by begin_creation
-        packed, n = page_slots(tx, k, b, frozen)
-        made += store.create_page(Page(tx.txid, k, packed, n))
+        made += store.create_page(create.page(tx, k, store.batch_size, frozen))
         park(f"after_page:{k + 1}")
     return made
 
@@ -185,7 +199,7 @@ def commit(store: PagedRecords, txid: bytes) -> bool:
         store.clear_creating_children(txid)
         park("mid_phase2")
         return store.clear_creating_master(txid)
-    except UtxoError as e:
+    except StoreError as e:
         log.warning("tx %s created but its creating flag is not cleared yet: %s", hash_to_hex(txid), e)
         return False
 
@@ -206,7 +220,7 @@ def create_paged(
     rec = master_record(
         store, tx, block_height, blocks, locked=locked, conflicting=conflicting, frozen=frozen, fee=fee
     )
-    creation = begin_creation(store, tx, rec, frozen)
+    creation = begin_creation(store, tx, rec, frozen, block_height)
     try:
         write_pages(store, tx, creation.missing, creation.frozen)
     except BaseException:
@@ -217,7 +231,7 @@ def create_paged(
         raise TxExists(
             f"tx {hash_to_hex(tx.txid)} already existed (an earlier creation was completed)", txid=tx.txid
         )
-    return meta_of(rec, tx, creating=not done)
+    return meta_of(rec, tx)._replace(creating=not done)
 
 
 def complete_creation(store: PagedRecords, txid: bytes, block_height: int | None = None) -> bool:
@@ -246,13 +260,13 @@ def complete_creation(store: PagedRecords, txid: bytes, block_height: int | None
         # the transaction is then rebuilt as a plain one, as a block that mines it has it.
         opts = store.creation_options(txid) or {}
         frozen = bool(opts.get("frozen", False))
+        height = int(opts.get("block_height", block_height or store.height_for()))
         rec = master_record(
-            store, tx, int(opts.get("block_height", block_height or store._height())),
-            [BlockInfo(*b) for b in opts.get("blocks", [])],
+            store, tx, height, [BlockInfo(*b) for b in opts.get("blocks", [])],
             locked=bool(opts.get("locked", False)), conflicting=bool(opts.get("conflicting", False)),
             frozen=frozen, fee=opts.get("fee", tx.fee()),
         )
-        store.create_master(rec, options=rec.options(frozen))
+        store.create_master(rec, options=options(rec, height, frozen))
         state = store.creation_state(txid)
         if state is None:
             raise StorageError(f"tx {hash_to_hex(txid)}: its master record vanished during recovery")
@@ -266,4 +280,4 @@ def needs_pages(tx: Tx, batch_size: int) -> bool:
 
 
 def total_pages(tx: Tx, batch_size: int) -> int:
-    return page_count(len(tx.outputs), batch_size)
+    return create.page_count(len(tx.outputs), batch_size)

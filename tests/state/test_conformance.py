@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from stores.errors import StorageError
 from stores.state import BlockEntry, BlockStatus, StateStore, open_state_store
 from stores.state.sql import SCHEMA
-from stores.errors import StorageError
 from stores.utxo.sqlite import sqlite_path
 from tests.processes import race
 from tests.state.conftest import raw_sql

@@ -6,7 +6,8 @@ import itertools
 
 from chain import Tx, TxIn, utxo_hash
 from chain.build import build_tx, coinbase_tx, p2pkh, spend_input
-from stores.utxo import UtxoStore
+from stores.utxo import TxMeta, UtxoStore
+from stores.utxo.kernel.record import Record
 
 _seq = itertools.count(1)
 
@@ -46,3 +47,17 @@ def created(store: UtxoStore, *txs: Tx, height: int = 100, mined: bool = False) 
     infos = [BlockInfo(1, height, 0)] if mined else []
     for r in store.create_many(list(txs), height, infos):
         assert not isinstance(r, Exception), r
+
+
+def as_record(meta: TxMeta) -> Record:
+    """A kernel `Record` with what the store handed out for a master record (no slots): for
+    holding a backend's fast paths to the kernel's rules."""
+    from stores.utxo.kernel.record import encode_blocks
+
+    return Record(
+        meta.txid, bytearray(), meta.total_utxos, meta.spent_utxos, meta.creating,
+        fee=meta.fee, is_coinbase=meta.is_coinbase, spending_height=meta.spending_height, locked=meta.locked,
+        conflicting=meta.conflicting, unmined_since=meta.unmined_since, preserve_until=meta.preserve_until,
+        delete_at_height=meta.delete_at_height, external=meta.external, total_extra_recs=meta.total_extra_recs,
+        blocks=encode_blocks(list(zip(meta.block_ids, meta.block_heights, meta.subtree_idxs))),
+    )

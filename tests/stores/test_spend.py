@@ -162,7 +162,9 @@ def test_frozen_output(store: UtxoStore) -> None:
     store.spend(child((f, 0)), 101)
 
 
-def test_frozen_until_fails_one_block_before_and_succeeds_at_the_height(store: UtxoStore) -> None:
+def test_reassigned_output_is_refused_through_its_spendable_height(store: UtxoStore) -> None:
+    """Reassigned at tip 200: `spendable_in` is 1200, and Teranode refuses while spendable_in >=
+    the spend's height, so a block at 1200 may not spend it and one at 1201 may."""
     f = funding(1)
     created(store, f)
     store.set_block_height(200)
@@ -174,11 +176,12 @@ def test_frozen_until_fails_one_block_before_and_succeeds_at_the_height(store: U
     new_hash = utxo_hash(f.txid, 0, new_script, value)
     store.reassign((f.txid, 0), uhash(f, 0), new_hash)
     spender = build_tx([TxIn(f.txid, 0, b"\x51", 0xFFFFFFFF, value, new_script)], [(value - 10, script())])
-    with pytest.raises(SpendRejected) as e:
-        store.spend(spender, 1199)
-    err = _only(e.value)
-    assert isinstance(err, UtxoFrozen) and err.until == 1200
-    assert store.spend(spender, 1200)[0].utxo_hash == new_hash
+    for height in (1199, 1200):
+        with pytest.raises(SpendRejected) as e:
+            store.spend(spender, height)
+        err = _only(e.value)
+        assert isinstance(err, UtxoFrozen) and err.until == 1201
+    assert store.spend(spender, 1201)[0].utxo_hash == new_hash
     # the old owner's script no longer matches
     assert store.get_output((f.txid, 0)).utxo_hash == new_hash  # type: ignore[union-attr]
 
@@ -202,21 +205,25 @@ def test_check_order_creating_before_conflicting_before_locked(store: UtxoStore)
     assert isinstance(_only(e.value), TxConflicting)
 
 
-def test_unspend_by_owner_and_by_stranger(store: UtxoStore) -> None:
+def test_unspend_goes_by_the_utxo_hash_whoever_spent(store: UtxoStore) -> None:
+    """Teranode's unspend clears an output by its UTXO hash, whoever the spender named in the
+    request (it was `False` and a silent no-op for a stranger before); a wrong hash is an error,
+    and an output that is unspent already is nothing to do."""
     f = funding(1)
     created(store, f)
     c = child((f, 0))
     (s,) = store.spend(c, 101)
-    stranger = s._replace(spending_txid=b"\x42" * 32)
-    assert store.unspend([stranger]) == [False]
+    assert isinstance(store.unspend([s._replace(utxo_hash=b"\x09" * 32)])[0], UtxoMismatch)
     assert store.get_output((f.txid, 0)).spending_txid == c.txid  # type: ignore[union-attr]
-    wrong_vin = s._replace(spending_vin=3)
-    assert store.unspend([wrong_vin]) == [False]
-    assert store.unspend([s]) == [True]
+    stranger = s._replace(spending_txid=b"\x42" * 32, spending_vin=3)
+    assert store.unspend([stranger]) == [None]
     assert store.get_output((f.txid, 0)).state == "unspent"  # type: ignore[union-attr]
     assert store.get(f.txid).spent_utxos == 0
-    assert store.unspend([s]) == [False]  # nothing left to clear
+    assert store.unspend([s]) == [None]  # nothing left to clear
+    assert store.get(f.txid).spent_utxos == 0
     store.spend(child((f, 0), fee=7), 101)  # spendable again by anyone
+    missing = store.unspend([s._replace(txid=b"\x43" * 32), s._replace(vout=5)])
+    assert isinstance(missing[0], TxNotFound) and isinstance(missing[1], UtxoNotFound)
 
 
 def test_freeze_refuses_spent_and_mismatched(store: UtxoStore) -> None:
@@ -233,12 +240,12 @@ def test_freeze_refuses_spent_and_mismatched(store: UtxoStore) -> None:
 
 
 def test_reassign_needs_a_frozen_output(store: UtxoStore) -> None:
-    from stores.utxo import ProcessingError
+    from stores.utxo import UtxoNotFrozen
 
     f = funding(1)
     created(store, f)
     store.set_block_height(300)
-    with pytest.raises(ProcessingError):
+    with pytest.raises(UtxoNotFrozen):
         store.reassign((f.txid, 0), uhash(f, 0), b"\x07" * 32)
     store.freeze([((f.txid, 0), uhash(f, 0))])
     store.reassign((f.txid, 0), uhash(f, 0), b"\x07" * 32)

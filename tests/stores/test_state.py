@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from stores.utxo import BlockInfo, ProcessingError, SpendInfo, SpendStatus, TxNotFound, UtxoStore
-from tests.stores.helpers import child, coinbase, created, funding, uhash
+from stores.utxo import (
+    BlockInfo,
+    ProcessingError,
+    SpendInfo,
+    SpendStatus,
+    TxNotFound,
+    UtxoMismatch,
+    UtxoStore,
+)
+from tests.stores.helpers import as_record, child, coinbase, created, funding, uhash
 
 RET = 288
 
@@ -104,7 +112,7 @@ def test_dah_immediate_for_conflicting_and_children_recorded(store: UtxoStore) -
     store.set_conflicting([c.txid], True)  # recorded once
     assert store.get(f.txid).conflicting_children == [c.txid]
     store.set_conflicting([c.txid], False)
-    assert store.get(f.txid).conflicting_children == []
+    assert store.get(f.txid).conflicting_children == [c.txid]  # Teranode keeps it listed
     assert store.get(c.txid).delete_at_height is None
 
 
@@ -208,7 +216,8 @@ def test_get_spend_statuses(store: UtxoStore) -> None:
     assert store.get_spend((f.txid, 0), uhash(f, 0)) == SpendInfo(SpendStatus.SPENT, c.txid, 0)
     store.freeze([((f.txid, 1), uhash(f, 1))])
     assert store.get_spend((f.txid, 1), uhash(f, 1)).status is SpendStatus.FROZEN
-    assert store.get_spend((f.txid, 2), b"\x00" * 32).status is SpendStatus.NOT_FOUND
+    with pytest.raises(UtxoMismatch):  # Teranode: an error, not NOT_FOUND
+        store.get_spend((f.txid, 2), b"\x00" * 32)
     assert store.get_spend((f.txid, 9), uhash(f, 2)).status is SpendStatus.NOT_FOUND
     assert store.get_spend((b"\x01" * 32, 0), uhash(f, 2)).status is SpendStatus.NOT_FOUND
     cb = coinbase(990)
@@ -226,7 +235,7 @@ def test_get_spend_statuses(store: UtxoStore) -> None:
 def test_a_store_of_another_schema_is_refused_clearly(store: UtxoStore, store_url: str) -> None:
     from stores.utxo import StorageError, open_utxo_store
 
-    store._run_write(  # type: ignore[attr-defined]
+    store.db.write(  # type: ignore[attr-defined]
         "test", lambda cur: cur.execute("UPDATE meta SET value = 'utxoflow-sql-1' WHERE key = 'schema'")
     )
     with pytest.raises(StorageError, match="schema 'utxoflow-sql-1'"):
@@ -255,25 +264,41 @@ def test_dah_counts_from_the_higher_of_caller_and_store_height(store: UtxoStore)
     assert store.query_dah(500) == []
 
 
-def test_unset_off_the_longest_chain_leaves_the_record_unmined(store: UtxoStore) -> None:
+def test_unset_off_the_longest_chain_keeps_unmined_since_as_it_was(store: UtxoStore) -> None:
+    """Teranode's setMined(unset) off the longest chain leaves `unminedSince` alone while the
+    record is still in a block; a reorg marks the record off the chain first."""
     store.set_block_height(100)
-    f = funding()
-    created(store, f)
-    store.set_mined_multi([f.txid], 9, 100, on_longest_chain=False)  # a side block
-    store.set_mined_multi([f.txid], 7, 100)  # the best block
+    f, g = funding(), funding()
+    created(store, f, g)
+    for t in (f, g):
+        store.set_mined_multi([t.txid], 9, 100, on_longest_chain=False)  # a side block
+        store.set_mined_multi([t.txid], 7, 100)  # the best block
     assert store.get(f.txid).unmined_since is None
     store.set_mined_multi([f.txid], 7, 100, unset=True, on_longest_chain=False)
     got = store.get(f.txid)
+    assert got.block_ids == [9] and got.unmined_since is None
+    store.mark_on_longest_chain([g.txid], False)
+    store.set_mined_multi([g.txid], 7, 100, unset=True, on_longest_chain=False)
+    got = store.get(g.txid)
     assert got.block_ids == [9] and got.unmined_since == 100
-    assert list(store.iter_utxos()) == []
+    assert {u.txid for u in store.iter_utxos()} == {f.txid}
 
 
-def test_mark_on_longest_chain_needs_a_block(store: UtxoStore) -> None:
+def test_mark_on_longest_chain_overwrites_unmined_since(store: UtxoStore) -> None:
+    """Teranode's markTransactionsOnLongestChain: "on" unsets `unmined_since` (a block or not),
+    "off" overwrites it with the tip; nothing else changes."""
     f = funding()
     created(store, f, height=42)
     store.mark_on_longest_chain([f.txid], True)
-    assert store.get(f.txid).unmined_since == 42
-    assert store.query_old_unmined(42) == [f.txid]
+    assert store.get(f.txid).unmined_since is None
+    assert store.query_old_unmined(42) == []
+    assert list(store.iter_utxos()) == []  # in no block: not confirmed
+    store.set_block_height(50)
+    store.mark_on_longest_chain([f.txid], False)
+    assert store.get(f.txid).unmined_since == 50
+    store.set_block_height(60)
+    store.mark_on_longest_chain([f.txid], False)
+    assert store.get(f.txid).unmined_since == 60 and store.query_old_unmined(60) == [f.txid]
 
 
 def test_set_locked_with_a_missing_txid_changes_nothing(store: UtxoStore) -> None:
@@ -323,7 +348,7 @@ def test_a_lost_postgresql_connection_is_a_storage_error_then_recovers(pg_url: s
     try:
         f = funding(1)
         created(store, f)
-        pid = store._conn.info.backend_pid  # type: ignore[attr-defined]
+        pid = store.db.backend_pid()  # type: ignore[attr-defined]
         with psycopg.connect(pg_url, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         c = child((f, 0))
@@ -343,8 +368,9 @@ def test_a_lost_postgresql_connection_is_a_storage_error_then_recovers(pg_url: s
 def test_first_mining_agrees_with_the_dah_rule(
     store: UtxoStore, conflicting: bool, preserved: bool, all_spent: bool, locked: bool
 ) -> None:
-    """set_mined's no-read path writes DAH in SQL; it must equal `rules.next_dah` exactly."""
-    from stores.utxo.rules import next_dah
+    """set_mined's no-read path writes DAH in SQL (`dah.first_mining_sql`); it must equal the
+    kernel's set-mined exactly."""
+    from stores.utxo.kernel import state
 
     store.set_block_height(100)
     f = funding(2)
@@ -353,15 +379,11 @@ def test_first_mining_agrees_with_the_dah_rule(
         store.preserve_transactions([f.txid], 5000)
     if all_spent and not conflicting and not locked:
         store.spend_many([child((f, 0)), child((f, 1))], 100)
-    before = store.get(f.txid)
-    expected = next_dah(
-        current=before.delete_at_height, conflicting=before.conflicting, locked=False,
-        preserve_until=before.preserve_until, spent=before.spent_utxos, utxos=before.total_utxos,
-        mined_on_longest=True, height=100, retention=RET,
-    )
+    model = as_record(store.get(f.txid))
+    state.set_mined(model, (3, 100, 0), True, 100, RET)
     assert store.set_mined_multi([f.txid], 3, 100) == [[3]]
     after = store.get(f.txid)
-    assert after.delete_at_height == expected
+    assert after.delete_at_height == model.delete_at_height
     assert after.block_ids == [3] and after.unmined_since is None and not after.locked
 
 
@@ -379,9 +401,8 @@ def test_mining_a_batch_with_one_record_already_mined_takes_the_general_path(sto
 def test_spend_agrees_with_the_dah_rule(
     store: UtxoStore, mined: bool, preserved: bool, last: bool
 ) -> None:
-    """spend skips the rule for parents left with unspent outputs; the result must still equal
-    `rules.next_dah` exactly."""
-    from stores.utxo.rules import next_dah
+    """spend's fast path must leave the DAH the kernel's rule gives."""
+    from stores.utxo.kernel.dah import due
 
     store.set_block_height(100)
     f = funding(2)
@@ -394,9 +415,6 @@ def test_spend_agrees_with_the_dah_rule(
     store.spend(child((f, 0)), 100)
     after = store.get(f.txid)
     assert after.spent_utxos == before.spent_utxos + 1
-    assert after.delete_at_height == next_dah(
-        current=before.delete_at_height, conflicting=False, locked=False,
-        preserve_until=before.preserve_until, spent=after.spent_utxos, utxos=after.total_utxos,
-        mined_on_longest=before.unmined_since is None and bool(before.block_ids), height=100,
-        retention=RET,
-    )
+    model = as_record(before)
+    model.spent_utxos += 1
+    assert after.delete_at_height == due(model, 100, RET)

@@ -22,6 +22,7 @@ from stores.utxo import (
     TxCreating,
     TxExists,
     UtxoFrozen,
+    UtxoMismatch,
     UtxoNotFound,
     UtxoSpent,
     UtxoStore,
@@ -90,9 +91,9 @@ def test_spends_on_every_page_keep_exact_counts(paged: UtxoStore) -> None:
     with pytest.raises(SpendRejected) as e:
         paged.spend(child((tx, CARRIER), fee=0), 101)
     assert isinstance(e.value.first, UtxoNotFound)
-    stranger = spends[1]._replace(spending_txid=b"\x99" * 32)
-    assert paged.unspend([stranger]) == [False]
-    assert paged.unspend([spends[1]]) == [True]
+    wrong = spends[1]._replace(utxo_hash=b"\x99" * 32)
+    assert isinstance(paged.unspend([wrong])[0], UtxoMismatch)
+    assert paged.unspend([spends[1]]) == [None]  # on page 1, by its UTXO hash
     assert paged.get(tx.txid).spent_utxos == 2
     assert paged.get_spend((tx.txid, 4), uhash(tx, 4)).status is SpendStatus.OK
 
@@ -289,7 +290,7 @@ def test_the_batch_size_is_fixed_when_the_store_is_created(store_url: str, tmp_p
 
 def test_a_snapshot_record_spans_only_the_pages_it_needs(store_url: str, tmp_path: Any) -> None:
     from stores.utxo import Utxo
-    from stores.utxo.pages import page_count
+    from stores.utxo.kernel.create import page_count
 
     store = open_utxo_store(
         store_url, batch_size=PAGE, blob_url=f"file://{tmp_path}/blobs", max_tx_size_in_store=120

@@ -9,9 +9,9 @@ Invariants:
 - Release removes only the caller's own lock (same holder and creation time), so a creator
   whose lock lapsed and was taken over cannot release its successor's.
 - A lock whose holder is a process of this host that no longer runs is taken over at once,
-  without waiting for its TTL (a holder on another host can only be waited out). Taking over
-  is safe even if that judgement were wrong: the lock only saves duplicate work, because
-  pages are create-only and identical whoever writes them (see `stores.utxo.twophase`).
+  without waiting for its TTL (`stores.lease`: a holder on another host can only be waited
+  out). Taking over is safe even if that judgement were wrong: the lock only saves duplicate
+  work, because pages are create-only and identical whoever writes them (`stores.utxo.twophase`).
 """
 
 from __future__ import annotations
@@ -22,25 +22,10 @@ import socket
 import time
 from typing import Any
 
+from stores.lease import lapsed
 from stores.utxo import validate
 from stores.utxo.records import LOCK_TYPE, CreationLock
 from stores.utxo.sql.base import SqlBase
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process `pid` of this host still runs (a zombie, killed but not yet reaped by
-    its parent, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, under another user
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True  # no /proc: trust kill(0)
 
 
 class LockMixin(SqlBase):
@@ -67,21 +52,20 @@ class LockMixin(SqlBase):
         )
 
         def unit(cur: Any) -> bool:
-            cur.execute(self._q("DELETE FROM tx_locks WHERE txid = ? AND expires_at <= ?"), (txid, now))
+            q = self.db.q
             cur.execute(
-                self._q(
-                    f"SELECT created_at, process_id, hostname FROM tx_locks WHERE txid = ?{self.for_update}"
-                ),
+                q("SELECT created_at, process_id, hostname, expires_at FROM tx_locks "
+                  f"WHERE txid = ?{self.db.for_update}"),
                 (txid,),
             )
             held = cur.fetchone()
-            if held is not None and held[2] == lock.hostname and not process_alive(held[1]):
+            if held is not None and lapsed(f"{held[2]}:{held[1]}", held[3], now):
                 cur.execute(
-                    self._q("DELETE FROM tx_locks WHERE txid = ? AND created_at = ? AND process_id = ?"),
+                    q("DELETE FROM tx_locks WHERE txid = ? AND created_at = ? AND process_id = ?"),
                     (txid, held[0], held[1]),
                 )
             cur.execute(
-                self._q(
+                self.db.q(
                     "INSERT INTO tx_locks (txid, lock_type, created_at, expires_at, process_id, hostname, "
                     "expected_recs, options) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (txid) DO NOTHING"
                 ),
@@ -90,14 +74,14 @@ class LockMixin(SqlBase):
             )
             return bool(cur.rowcount == 1)
 
-        return lock if self._run_write("acquire_creation_lock", unit) else None
+        return lock if self.db.write("acquire_creation_lock", unit) else None
 
     def release_creation_lock(self, lock: CreationLock) -> bool:
         """Remove this holder's lock; False when it had lapsed and is gone or taken over."""
 
         def unit(cur: Any) -> bool:
             cur.execute(
-                self._q(
+                self.db.q(
                     "DELETE FROM tx_locks WHERE txid = ? AND created_at = ? AND process_id = ? "
                     "AND hostname = ?"
                 ),
@@ -105,7 +89,7 @@ class LockMixin(SqlBase):
             )
             return bool(cur.rowcount == 1)
 
-        return self._run_write("release_creation_lock", unit)
+        return self.db.write("release_creation_lock", unit)
 
     def creation_options(self, txid: bytes) -> dict[str, Any] | None:
         """The options of the last creator that locked `txid`, live or lapsed (a dead creator's
@@ -113,10 +97,10 @@ class LockMixin(SqlBase):
         validate.hash32("txid", txid)
 
         def q(cur: Any) -> Any:
-            cur.execute(self._q("SELECT options FROM tx_locks WHERE txid = ?"), (txid,))
+            cur.execute(self.db.q("SELECT options FROM tx_locks WHERE txid = ?"), (txid,))
             return cur.fetchone()
 
-        r = self._run_read("creation_options", q)
+        r = self.db.read("creation_options", q)
         return None if r is None else dict(json.loads(r[0]))
 
     def get_creation_lock(self, txid: bytes) -> CreationLock | None:
@@ -126,7 +110,7 @@ class LockMixin(SqlBase):
 
         def q(cur: Any) -> Any:
             cur.execute(
-                self._q(
+                self.db.q(
                     "SELECT created_at, expires_at, process_id, hostname, expected_recs FROM tx_locks "
                     "WHERE txid = ? AND expires_at > ?"
                 ),
@@ -134,5 +118,5 @@ class LockMixin(SqlBase):
             )
             return cur.fetchone()
 
-        r = self._run_read("get_creation_lock", q)
+        r = self.db.read("get_creation_lock", q)
         return None if r is None else CreationLock(txid, r[0], r[1], r[2], r[3], r[4])

@@ -16,7 +16,11 @@ Design (why it looks like this):
 - A transaction with more outputs than the batch size keeps outputs B… in `tx_pages`, one row
   per child record (see `stores.utxo.pages`); a child is removed with its master. Its own
   `total_utxos`/`spent_utxos` count its slots, while the master's count the whole transaction.
+- `deleted_children` lists the children pruned since they spent an output here (32-byte txids):
+  one of them spending again is a replay, refused (INVALID_SPEND).
 - Booleans are SMALLINT 0/1 on both databases so the same statements run on both.
+- The columns of a record, in order, are `stores.utxo.sql.codec`'s: the one place a row becomes
+  a `Record` and back.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ CREATE TABLE IF NOT EXISTS txs (
     spent_utxos INTEGER NOT NULL,
     blocks TEXT NOT NULL,
     conflicting_children {blob} NOT NULL,
+    deleted_children {blob} NOT NULL,
     reassignments TEXT NOT NULL,
     spendable_in TEXT NOT NULL,
     inpoints {blob} NOT NULL,
@@ -53,13 +58,6 @@ CREATE TABLE IF NOT EXISTS txs (
 ){opts}
 """
 
-TX_COLS = (
-    "id, txid, version, locktime, fee, size_in_bytes, is_coinbase, spending_height, locked, "
-    "creating, conflicting, unmined_since, created_at, preserve_until, delete_at_height, external, "
-    "total_extra_recs, total_utxos, spent_utxos, blocks, conflicting_children, reassignments, "
-    "spendable_in, inpoints, utxos, raw_format, raw"
-)
-INSERT_TX = f"INSERT INTO txs ({TX_COLS}) VALUES ({', '.join(['?'] * 27)}) ON CONFLICT (txid) DO NOTHING"
 PAGES = """
 CREATE TABLE IF NOT EXISTS tx_pages (
     txid {blob} NOT NULL,

@@ -1,18 +1,38 @@
-"""The SQL UTXO store: the operations of every concern, over a dialect's hooks."""
+"""The SQL UTXO store: every concern of the Protocol over one `stores.sqldb.Database`, each in
+its own module, layered (each may use those below it):
+
+    snapshot.py   seeding from a UTXO snapshot
+    create.py     creating records (one-record, external, multi-record)
+    spend.py      spends, unspends, freeze / unfreeze / reassign
+    read.py       records, outputs, GetSpend, the UTXO views
+    state.py      block membership, longest chain, locked, conflicting, preservation, pruning
+    paged.py      the record-level calls of two-phase creation
+    locks.py      creation lock rows
+    base.py       records under lock, written back; the store's height and schema
+    codec.py      the one mapping between rows and `Record`s
+
+A backend module (`sqlite.py`, `postgresql.py`) adds what its database does its own way: the
+schema's options and how `txs.id` values are reserved.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from stores.blob.protocol import BlobStore
+from stores.errors import StorageError
+from stores.sqldb import Database
+from stores.utxo.errors import ProcessingError
 from stores.utxo.external import ExternalTxs
-from stores.utxo.sql.create import ImportMixin, RecentOutputs
-from stores.utxo.sql.locks import LockMixin
-from stores.utxo.sql.read import ReadMixin
-from stores.utxo.sql.spend import SpendMixin
-from stores.utxo.sql.state import StateMixin
+from stores.utxo.sql.create import RecentOutputs
+from stores.utxo.sql.snapshot import SnapshotMixin
 
 
-class SqlUtxoStore(ImportMixin, SpendMixin, StateMixin, ReadMixin, LockMixin):
-    """Implements `stores.utxo.protocol.UtxoStore`; a backend module supplies the dialect hooks."""
+class SqlUtxoStore(SnapshotMixin):
+    """Implements `stores.utxo.protocol.UtxoStore`; a backend module supplies its dialect."""
+
+    pragmas: Sequence[str] = ()
 
     def __init__(
         self,
@@ -35,21 +55,38 @@ class SqlUtxoStore(ImportMixin, SpendMixin, StateMixin, ReadMixin, LockMixin):
 
         External transactions go to `blobs`, or to the blob store at `blob_url`; with neither,
         a transaction that must be external is refused with a StorageError. `batch_size` is
-        fixed when the store is created (it decides where outputs live)."""
+        fixed when the store is created (it decides where outputs live); `retention` 0 means
+        records are never pruned."""
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if retention < 0:
+            raise ValueError(f"retention must be 0 (never prune) or more, got {retention}")
         self.url = url
         self.retention = retention
         self.batch_size = batch_size
         self.max_tx_size_in_store = max_tx_size_in_store
         self.externalize_all = externalize_all
-        self.external = ExternalTxs(blobs, external_cache_bytes, blob_url)
         self.lock_base_ttl = lock_base_ttl
         self.lock_per_record_ttl = lock_per_record_ttl
         self.lock_max_ttl = lock_max_ttl
         self.may_create = create
         self.block_height = 0
         self.recent = RecentOutputs()
+        self.db = Database(url, what="UTXO store", create=create, pragmas=self.pragmas, invalid=ProcessingError)
+        try:
+            self.db.write("create schema", self._schema)
+            self.block_height = self.db.read("read block height", self._stored_height)
+        except BaseException:
+            self.db.close()
+            raise
+        self.external = ExternalTxs(blobs, external_cache_bytes, blob_url)
 
-    def close_blobs(self) -> None:
+    def _schema(self, cur: Any) -> None:
+        raise NotImplementedError  # the backend's: DDL with its options, then `_check_schema`
+
+    def _no_store(self) -> StorageError:
+        return StorageError(f"no UTXO store at {self.url_safe}")
+
+    def close(self) -> None:
+        self.db.close()
         self.external.close()

@@ -1,0 +1,59 @@
+"""The delete-at-height (DAH) rule: when a record may be pruned (Teranode's setDeleteAtHeight).
+
+`apply_dah(rec, height, retention)` is called by every change that can make a record prunable
+or keep it: spend, unspend, set-mined and unset, set-conflicting, unlock. It is not called by
+freeze, unfreeze, reassign or mark-on-longest-chain (Teranode's neither), and lock and preserve
+remove the DAH outright.
+
+The rule, with new = height + retention:
+1. retention 0 means never: nothing changes.
+2. a preserved record (`preserve_until` set) is left as it is.
+3. a conflicting record gets `new` unless it has a DAH already (the earliest stays).
+4. a record whose every UTXO is spent, that is in a block and mined on the longest chain
+   (`unmined_since` unset) gets `new` unless its DAH is later already (a DAH only moves later).
+5. any other record has no DAH.
+
+`first_mining_sql` is the rule's fast form for the commonest change of all, a block's records
+mined for the first time on the longest chain, as one SQL expression per row (no read); a test
+holds it to `apply_dah` for every record state.
+"""
+
+from __future__ import annotations
+
+from stores.utxo.kernel.record import Record
+
+
+def due(rec: Record, height: int, retention: int) -> int | None:
+    """The DAH `rec` should carry after a change at `height`."""
+    current = rec.delete_at_height
+    if retention <= 0 or rec.preserve_until is not None:
+        return current
+    new = height + retention
+    if rec.conflicting:
+        return new if current is None else current
+    if rec.spent_utxos >= rec.total_utxos and rec.mined:
+        return new if current is None or current < new else current
+    return None
+
+
+def apply_dah(rec: Record, height: int, retention: int) -> None:
+    """Set `rec`'s DAH by the rule (a master record: the whole transaction's)."""
+    dah = due(rec, height, retention)
+    if dah != rec.delete_at_height:
+        rec.delete_at_height = dah
+        rec.touch("delete_at_height")
+
+
+def first_mining_sql(height: int, retention: int) -> str:
+    """`due` as the SQL value of `delete_at_height` for a record that was in no block and is
+    now mined on the longest chain, unlocked, at `height` (plain ints: no quoting needed)."""
+    if retention <= 0:
+        return "delete_at_height"
+    new = int(height) + int(retention)
+    return (
+        "CASE WHEN preserve_until IS NOT NULL THEN delete_at_height "
+        f"WHEN conflicting = 1 THEN COALESCE(delete_at_height, {new}) "
+        f"WHEN spent_utxos >= total_utxos THEN CASE WHEN delete_at_height IS NULL "
+        f"OR delete_at_height < {new} THEN {new} ELSE delete_at_height END "
+        "ELSE NULL END"
+    )

@@ -1,0 +1,187 @@
+"""The one codec between a `txs` / `tx_pages` row and a `Record`: every read of a record selects
+`RECORD_COLS` (in this order) and decodes it here, every write encodes here.
+
+Invariants:
+- A record's columns are `RECORD_COLS`; a row of `txs` adds `raw_format` and `raw` after them
+  (the transaction bytes, or a snapshot's outputs), which only reads of the transaction need.
+- Booleans are stored as 0/1; list-valued fields as the kernel keeps them (JSON text,
+  concatenated hashes), so decoding a row costs no parsing.
+- An update writes exactly the columns the kernel touched (`Record.dirty`), grouped so that
+  records changed alike share one statement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from operator import attrgetter
+from typing import Any
+
+from stores.utxo.kernel.record import Record
+
+RECORD_COLS = (
+    "id", "txid", "version", "locktime", "fee", "size_in_bytes", "is_coinbase", "spending_height",
+    "locked", "creating", "conflicting", "unmined_since", "created_at", "preserve_until",
+    "delete_at_height", "external", "total_extra_recs", "total_utxos", "spent_utxos", "blocks",
+    "conflicting_children", "deleted_children", "reassignments", "spendable_in", "inpoints", "utxos",
+)
+SELECT = ", ".join(RECORD_COLS)
+TX_COLS = (*RECORD_COLS, "raw_format", "raw")
+INSERT_TX = (
+    f"INSERT INTO txs ({', '.join(TX_COLS)}) VALUES ({', '.join('?' * len(TX_COLS))}) "
+    "ON CONFLICT (txid) DO NOTHING"
+)
+# What the rules read and write: a record loaded to be changed (`SqlBase._records`) leaves out the
+# metadata no rule touches, and is marked `partial` (never handed out: `meta_of` refuses it).
+RULE_COLS = tuple(c for c in RECORD_COLS if c not in ("version", "locktime", "fee", "size_in_bytes", "created_at"))
+SELECT_RULES = ", ".join(RULE_COLS)
+PAGE_COLS = ("txid", "page", "creating", "total_utxos", "spent_utxos", "utxos")
+SELECT_PAGE = ", ".join(PAGE_COLS)
+INSERT_PAGE = (
+    f"INSERT INTO tx_pages ({SELECT_PAGE}) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (txid, page) DO NOTHING"
+)
+_BOOLS = frozenset({"is_coinbase", "locked", "creating", "conflicting", "external"})
+
+RAW_NONE, RAW_TX, RAW_OUTPUTS = 0, 1, 2  # raw_format: none (external), a tx, a snapshot's outputs
+
+
+# Rows become records by unpacking straight into the record's attributes (a block's spends load a
+# record per parent: this is twice as fast as the dataclass's keyword-checked constructor).
+_new = object.__new__
+
+
+def record(r: tuple[Any, ...]) -> Record:
+    """A `Record` from a row of `RECORD_COLS` (extra columns after them are ignored)."""
+    rec: Record = _new(Record)
+    (rec.id, rec.txid, rec.version, rec.locktime, rec.fee, rec.size_in_bytes, coinbase, rec.spending_height,
+     locked, creating, conflicting, rec.unmined_since, rec.created_at, rec.preserve_until, rec.delete_at_height,
+     external, rec.total_extra_recs, rec.total_utxos, rec.spent_utxos, rec.blocks, rec.conflicting_children,
+     rec.deleted_children, rec.reassignments, rec.spendable_in, rec.inpoints, utxos) = r[:26]
+    _finish(rec, utxos, coinbase, locked, creating, conflicting, external)
+    rec.partial = False
+    return rec
+
+
+def rule_record(r: tuple[Any, ...]) -> Record:
+    """A partial `Record` from a row of `RULE_COLS`."""
+    rec: Record = _new(Record)
+    (rec.id, rec.txid, coinbase, rec.spending_height, locked, creating, conflicting, rec.unmined_since,
+     rec.preserve_until, rec.delete_at_height, external, rec.total_extra_recs, rec.total_utxos, rec.spent_utxos,
+     rec.blocks, rec.conflicting_children, rec.deleted_children, rec.reassignments, rec.spendable_in,
+     rec.inpoints, utxos) = r
+    _finish(rec, utxos, coinbase, locked, creating, conflicting, external)
+    rec.version = rec.locktime = rec.size_in_bytes = rec.created_at = 0
+    rec.fee = None
+    rec.partial = True
+    return rec
+
+
+def _finish(rec: Record, utxos: bytes, coinbase: int, locked: int, creating: int, conflicting: int,
+            external: int) -> None:
+    rec.utxos = bytearray(utxos)
+    rec.is_coinbase, rec.locked, rec.creating = coinbase == 1, locked == 1, creating == 1
+    rec.conflicting, rec.external = conflicting == 1, external == 1
+    rec.page = 0
+    rec.pages = {}
+    rec.dirty = set()
+
+
+def page(r: tuple[Any, ...]) -> Record:
+    """A child page from a row of `PAGE_COLS`."""
+    return Record(r[0], bytearray(r[5]), r[3], r[4], r[2] == 1, r[1])
+
+
+def values(rec: Record, raw_format: int = RAW_NONE, raw: bytes | None = None) -> list[Any]:
+    """`INSERT_TX`'s values for a new master record (its id first, to be filled in)."""
+    return [
+        rec.id, rec.txid, rec.version, rec.locktime, rec.fee, rec.size_in_bytes, int(rec.is_coinbase),
+        rec.spending_height, int(rec.locked), int(rec.creating), int(rec.conflicting), rec.unmined_since,
+        rec.created_at, rec.preserve_until, rec.delete_at_height, int(rec.external), rec.total_extra_recs,
+        rec.total_utxos, rec.spent_utxos, rec.blocks, rec.conflicting_children, rec.deleted_children,
+        rec.reassignments, rec.spendable_in, rec.inpoints, bytes(rec.utxos), raw_format, raw,
+    ]
+
+
+def page_values(rec: Record) -> tuple[Any, ...]:
+    return rec.txid, rec.page, int(rec.creating), rec.total_utxos, rec.spent_utxos, bytes(rec.utxos)
+
+
+Update = tuple[str, Callable[[Record], Any], tuple[int, ...]]
+_UPDATES: dict[tuple[frozenset[str], bool], Update] = {}
+
+
+def _update(names: frozenset[str], master: bool) -> Update:
+    """(statement, getter of its values, positions of booleans among them) for one set of
+    touched columns (kept: a store sees a few dozen sets at most)."""
+    cached = _UPDATES.get((names, master))
+    if cached is not None:
+        return cached
+    cols = sorted(names)
+    sets = ", ".join(f"{n} = ?" for n in cols)
+    where = "id = ?" if master else "txid = ? AND page = ?"
+    sql = f"UPDATE {'txs' if master else 'tx_pages'} SET {sets} WHERE {where}"
+    getter = attrgetter(*cols, "id") if master else attrgetter(*cols, "txid", "page")
+    made = _UPDATES[(names, master)] = (sql, getter, tuple(i for i, n in enumerate(cols) if n in _BOOLS))
+    return made
+
+
+def updates(records: Iterable[Record]) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """(statement, rows) that write the touched columns of these records (masters by id, pages
+    by key), one statement per set of touched columns."""
+    groups: dict[str, list[tuple[Any, ...]]] = {}
+    for rec in records:
+        if not rec.dirty:
+            continue
+        sql, getter, bools = _update(frozenset(rec.dirty), rec.page == 0)
+        row = getter(rec)
+        if bools:
+            vals = list(row)
+            for i in bools:
+                vals[i] = int(vals[i])
+            row = tuple(vals)
+        rows = groups.get(sql)
+        if rows is None:
+            rows = groups[sql] = []
+        rows.append(row)
+    return list(groups.items())
+
+
+# -- a block's worth of new records in one statement ------------------------------------------
+# The columns every new record of one create call shares are written as literals, which halves
+# the parameters bound per row; each row binds the rest. (`create_insert` checks the literals.)
+CREATE_COLS = (
+    "id", "txid", "version", "locktime", "fee", "size_in_bytes", "is_coinbase", "spending_height",
+    "total_utxos", "delete_at_height", "inpoints", "utxos", "raw", "created_at",
+)
+SHARED_COLS = (
+    "locked", "creating", "conflicting", "unmined_since", "preserve_until", "external",
+    "total_extra_recs", "spent_utxos", "blocks", "reassignments", "spendable_in", "raw_format",
+    "conflicting_children", "deleted_children",
+)
+
+
+def create_insert(like: Record, empty_blob: str) -> str:
+    """The INSERT of one create call whose records all share `like`'s values of SHARED_COLS (a
+    new one-record transaction: nothing spent, preserved, listed, reassigned or external)."""
+    if not all(c in "0123456789[],-" for c in like.blocks):
+        raise ValueError(f"unexpected block list {like.blocks!r}")
+    assert not (like.preserve_until is not None or like.external or like.total_extra_recs or like.spent_utxos
+                or like.conflicting_children or like.deleted_children or like.reassignments != "[]"
+                or like.spendable_in != "{}"), "not a new one-record transaction"
+    unmined = "NULL" if like.unmined_since is None else str(int(like.unmined_since))
+    shared = (
+        f"{int(like.locked)}, {int(like.creating)}, {int(like.conflicting)}, {unmined}, NULL, 0, 0, 0, "
+        f"'{like.blocks}', '[]', '{{}}', {RAW_TX}, {empty_blob}, {empty_blob}"
+    )
+    return (
+        f"INSERT INTO txs ({', '.join(CREATE_COLS)}, {', '.join(SHARED_COLS)}) "
+        f"VALUES ({', '.join('?' * len(CREATE_COLS))}, {shared}) ON CONFLICT (txid) DO NOTHING"
+    )
+
+
+def create_values(rec: Record, raw: bytes) -> list[Any]:
+    """`create_insert`'s values for one record (its id first, to be filled in)."""
+    return [
+        0, rec.txid, rec.version, rec.locktime, rec.fee, rec.size_in_bytes, int(rec.is_coinbase),
+        rec.spending_height, rec.total_utxos, rec.delete_at_height, rec.inpoints, bytes(rec.utxos), raw,
+        rec.created_at,
+    ]
