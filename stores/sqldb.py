@@ -120,7 +120,10 @@ class Database:
                 raise StorageError(f"cannot create the directory of {what} {path}: {e}") from e
         try:
             conn = self._sqlite = sqlite3.connect(
-                path, isolation_level=None, timeout=self._busy_ms / 1000, check_same_thread=False,
+                path,
+                isolation_level=None,
+                timeout=self._busy_ms / 1000,
+                check_same_thread=False,
                 cached_statements=256,
             )
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -227,7 +230,7 @@ class Database:
                 finally:
                     conn.close()
                 return
-            with psycopg.connect(self._dsn, connect_timeout=10) as conn, conn.cursor(name="stream") as pcur:
+            with psycopg.connect(self._dsn, connect_timeout=10) as pg, pg.cursor(name="stream") as pcur:
                 pcur.itersize = 5000
                 pcur.execute(self.q(sql), list(params))
                 yield from pcur

@@ -9,7 +9,8 @@ from celery import Task
 
 from chain import hex_to_hash, parse_tx
 from stores.blob.protocol import blob_key
-from stores.utxo import SpendRejected, StorageError, TxExists, TxNotFound, UtxoError
+from stores.errors import StorageError, StoreError
+from stores.utxo import SpendRejected, TxExists, TxNotFound, UtxoError
 from workers.app import app
 from workers.services import services
 
@@ -24,8 +25,8 @@ def tx_arrived(self: Task, txid: str, ident: str) -> dict[str, Any]:
     svc = services()
     try:
         tx = parse_tx(svc.blobs.get(blob_key(hex_to_hash(txid), "tx")))
-        height = svc.utxo.block_height
-        (spent,) = svc.utxo.spend_many([tx], height) if not tx.is_coinbase else ([],)
+        height = svc.utxo.block_height  # unmined since the tip; it spends as the next block would
+        (spent,) = svc.utxo.spend_many([tx], height + 1) if not tx.is_coinbase else ([],)
         if isinstance(spent, UtxoError):
             missing = isinstance(spent, SpendRejected) and all(
                 isinstance(e, TxNotFound) for _v, e in spent.errors
@@ -36,7 +37,7 @@ def tx_arrived(self: Task, txid: str, ident: str) -> dict[str, Any]:
             svc.registry.done(ident)
             return {"txid": txid, "status": "rejected", "reason": str(spent)}
         (made,) = svc.utxo.create_many([tx], height)
-        if isinstance(made, UtxoError) and not isinstance(made, TxExists):
+        if isinstance(made, StoreError) and not isinstance(made, TxExists):
             raise made
     except StorageError as e:
         log.warning("tx %s: %s (will retry)", txid, e)

@@ -13,10 +13,18 @@ Invariants:
   existed before it (mempool transactions) keep what they had.
 - A spend that meets an output already spent by a transaction *not* mined on this chain (a
   mempool transaction, or one a reorg left unmined) wins: that spender becomes conflicting with
-  every descendant, and its spends are released. Spent by a transaction mined on this chain (or
-  by another transaction of the same block) the block is refused.
-- Disconnecting a block (a reorg) only unsets its mining: its transactions stay, unmined, with
-  their spends, as mempool transactions would.
+  every descendant, and its spends are released while their parents are locked (noted in the
+  undo record first), so that no mempool transaction takes the outputs meanwhile; the block's
+  spends ignore that lock, and the parents are unlocked once the phase is over, whatever
+  happened. Spent by a transaction mined on this chain (or by another transaction of the same
+  block) the block is refused.
+- A spend takes back only what a transaction itself spent: an output is freed only while its
+  stored spender is that transaction (the store's unspend goes by UTXO hash, whoever spent).
+- An input whose parent record is gone fails a transaction this block creates ("spends a
+  missing output", unless missing inputs are allowed); one of a transaction the store held
+  already spent it long ago (the store leaves such an input out of its spends).
+- Disconnecting a block (a reorg) marks its transactions off the longest chain, then unsets its
+  mining: they stay, unmined, with their spends, as mempool transactions would.
 """
 
 from __future__ import annotations
@@ -27,7 +35,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from chain import Block, Tx, hash_to_hex
+from stores.errors import StoreError
 from stores.utxo import (
+    Ignore,
     SpendRejected,
     StorageError,
     TxCoinbaseImmature,
@@ -46,8 +56,9 @@ from stores.utxo.records import Spend
 from workers.fanout import Fanout, LocalFanout, Result
 
 log = logging.getLogger("utxoflow.blocks")
-NO_HASH = b"\x00" * 32
 MAX_UNITS = 64  # units per phase at most: enough for as many workers, few enough to stay cheap
+# A block is authoritative over `locked`: its spends go through parents a conflict swap locked.
+BLOCK_SPEND = Ignore(locked=True)
 
 
 class BlockRefused(Exception):
@@ -61,13 +72,6 @@ class BlockRefused(Exception):
 def chunks(seq: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for i in range(0, len(seq), size):
         yield seq[i : i + size]
-
-
-def spends_of(tx: Tx) -> list[Spend]:
-    """The spends a transaction makes (unspend matches on the spender, not on the hash)."""
-    if tx.is_coinbase:
-        return []
-    return [Spend(i.prev_txid, i.prev_vout, NO_HASH, tx.txid, vin) for vin, i in enumerate(tx.inputs)]
 
 
 @dataclasses.dataclass
@@ -107,7 +111,7 @@ class BlockApplier:
         try:
             self.check_known(block, created)
             self.create_phase(block, created, ctx)
-            skipped = self.spend_phase(block, ctx)
+            skipped = self.spend_phase(block, created, ctx)
         except BlockRefused:
             self.rollback(block, undo)
             raise
@@ -197,25 +201,34 @@ class BlockApplier:
             for c in begun:
                 try:
                     twophase.end_creation(self.utxo, c)
-                except UtxoError as e:  # the lock lapses by itself; recovery clears the flags
+                except StoreError as e:  # the lock lapses by itself; recovery clears the flags
                     log.warning("finishing the creation of tx %s: %s", hash_to_hex(c.txid), e)
             begun = []
         finally:
             for c in begun:  # the phase failed: release the locks only (a rollback may follow)
                 try:
                     self.utxo.release_creation_lock(c.lock)
-                except UtxoError as e:
+                except StoreError as e:
                     log.warning("releasing the creation lock of tx %s: %s", hash_to_hex(c.txid), e)
 
-    def spend_phase(self, block: Block, ctx: dict[str, int]) -> int:
+    def spend_phase(self, block: Block, created: set[bytes], ctx: dict[str, int]) -> int:
         """Spend every input; returns how many were skipped as missing (allow-missing mode).
         Spends that meet a mempool spender are left by the units and resolved here, one
-        process making the conflicts (their undo notes must not race)."""
-        results = self._run(block, "spend", ctx, self._ranges(0, len(block.txs)))
-        skipped = sum(r.get("skipped", 0) for r in results)
-        deferred = sorted(i for r in results for i in r.get("defer", []))
-        if deferred:
-            skipped += self._spend(block, [block.txs[i] for i in deferred], ctx["height"], resolve=True)[0]
+        process making the conflicts (their undo notes must not race); the parents locked by
+        the swaps are unlocked at the end, whatever happened."""
+        specs = self._ranges(0, len(block.txs))
+        for spec in specs:  # which txs of the unit the block creates: their inputs must exist
+            spec["new"] = [i for i in range(spec["start"], spec["end"]) if block.txs[i].txid in created]
+        try:
+            results = self._run(block, "spend", ctx, specs)
+            skipped = sum(r.get("skipped", 0) for r in results)
+            deferred = sorted(i for r in results for i in r.get("defer", []))
+            if deferred:
+                txs = [block.txs[i] for i in deferred]
+                new = {t.txid for t in txs} & created
+                skipped += self._spend(block, txs, ctx["height"], new, resolve=True)[0]
+        finally:
+            self.unlock_swapped()
         return skipped
 
     def mine_phase(self, block: Block, ctx: dict[str, int]) -> None:
@@ -246,7 +259,8 @@ class BlockApplier:
                 return {}
             part = block.txs[spec["start"] : spec["end"]]
             if phase == "spend":
-                skipped, defer = self._spend(block, [t for t in part if not t.is_coinbase], height)
+                new = {block.txs[i].txid for i in spec.get("new", [])}
+                skipped, defer = self._spend(block, [t for t in part if not t.is_coinbase], height, new)
                 index = {t.txid: spec["start"] + k for k, t in enumerate(part)}
                 return {"skipped": skipped, "defer": [index[t.txid] for t in defer]}
             if phase == "mine":
@@ -259,10 +273,12 @@ class BlockApplier:
             return {"refused": r.reason}
         raise ValueError(f"unknown block phase {phase!r}")
 
-    def _spend(self, block: Block, txs: list[Tx], height: int, resolve: bool = False) -> tuple[int, list[Tx]]:
-        """Spend these transactions' inputs: (inputs skipped as missing, transactions left for
-        the coordinator because a mempool tx spent an output first — or, with `resolve`, that
-        spender made conflicting and the spend done)."""
+    def _spend(
+        self, block: Block, txs: list[Tx], height: int, new: set[bytes], resolve: bool = False
+    ) -> tuple[int, list[Tx]]:
+        """Spend these transactions' inputs (`new`: those the block creates): (inputs skipped
+        as missing, transactions left for the coordinator because a mempool tx spent an output
+        first — or, with `resolve`, that spender made conflicting and the spend done)."""
         in_block = {t.txid for t in block.txs}
         skipped = 0
         deferred: list[Tx] = []
@@ -270,11 +286,21 @@ class BlockApplier:
         for _round in range(len(pending) + 1):
             if not pending:
                 break
-            results = self.utxo.spend_many(pending, height, missing_ok=self.allow_missing_inputs)
+            results = self.utxo.spend_many(
+                pending, height, missing_ok=self.allow_missing_inputs, ignore=BLOCK_SPEND
+            )
             retry: list[Tx] = []
             for tx, r in zip(pending, results):
                 if isinstance(r, list):
-                    skipped += len(tx.inputs) - len(r)
+                    left_out = len(tx.inputs) - len(r)
+                    if left_out and tx.txid in new:  # its parent record is gone
+                        if not self.allow_missing_inputs:
+                            spent = {(s.txid, s.vout) for s in r}
+                            vin, i = next((k, i) for k, i in enumerate(tx.inputs)
+                                          if (i.prev_txid, i.prev_vout) not in spent)
+                            raise BlockRefused(f"tx {tx.txid_hex} input {vin}: spends a missing output "
+                                               f"(parent tx {hash_to_hex(i.prev_txid)} not found)")
+                        skipped += left_out
                     continue
                 verdict = self._resolve(tx, r, in_block, resolve)
                 (retry if verdict == "retry" else deferred).append(tx)
@@ -325,8 +351,10 @@ class BlockApplier:
 
     def make_conflicting(self, txids: Sequence[bytes]) -> None:
         """Mark these transactions and every descendant conflicting and release their spends,
-        so that the outputs they spent can be spent by the chain's transaction. Each is noted
-        in the undo record first: a block refused later gives them back what they had."""
+        locking the parents (noted in the undo record first, and unlocked when the phase ends:
+        `unlock_swapped`), so that the outputs they spent go to the chain's transaction and to
+        no one else meanwhile. Each is noted in the undo record first: a block refused later
+        gives them back what they had."""
         todo = list(txids)
         seen: set[bytes] = set()
         while todo:
@@ -340,33 +368,66 @@ class BlockApplier:
                 continue
             if meta.conflicting:
                 continue
+            tx = meta.tx
+            coinbase = tx is None or tx.is_coinbase
+            parents = [] if tx is None or coinbase else sorted({i.prev_txid for i in tx.inputs})
             if self._undo is not None:
                 self._undo.setdefault("conflicted", []).append(t.hex())
+                locked = self._undo.setdefault("locked", [])
+                locked += [p.hex() for p in parents if p.hex() not in locked]
                 if self._save is not None:
                     self._save(self._undo)
+            self.utxo.set_conflicting([t], True)
             if meta.tx is not None:
-                self.utxo.unspend(spends_of(meta.tx))
+                self.release([meta.tx], lock=True)
                 outs = self.utxo.get_outputs([(t, v) for v in range(len(meta.tx.outputs))])
                 todo += [o.spending_txid for o in outs.values() if o.spending_txid is not None]
-            self.utxo.set_conflicting([t], True)
             log.info("tx %s is conflicting with the chain", hash_to_hex(t))
+
+    def release(self, txs: Sequence[Tx], lock: bool = False) -> None:
+        """Take back the spends these transactions made, and only theirs: an output is freed
+        while its stored spender is the transaction (the store's unspend goes by UTXO hash,
+        whoever spent). `lock` locks the parents it frees outputs of."""
+        by: dict[tuple[bytes, int], set[tuple[bytes, int]]] = {}  # outpoint → who may have spent it
+        for t in txs:
+            if not t.is_coinbase:
+                for vin, i in enumerate(t.inputs):
+                    by.setdefault((i.prev_txid, i.prev_vout), set()).add((t.txid, vin))
+        for part in chunks(sorted(by), self.chunk * 2):
+            outs = self.utxo.get_outputs(list(part))
+            mine = [
+                Spend(op[0], op[1], o.utxo_hash, o.spending_txid, o.spending_vin)
+                for op, o in sorted(outs.items())
+                if o.spending_txid is not None and o.spending_vin is not None
+                and (o.spending_txid, o.spending_vin) in by[op]
+            ]
+            for s, err in zip(mine, self.utxo.unspend(mine, lock_parents=lock) if mine else []):
+                if err is not None:
+                    raise StorageError(f"taking back the spend of {hash_to_hex(s.txid)}:{s.vout}: {err}")
+
+    def unlock_swapped(self) -> None:
+        """Unlock the parents that conflict swaps of this block locked (noted in its undo)."""
+        locked = (self._undo or {}).get("locked", [])
+        if locked:
+            self.utxo.set_locked(sorted(bytes.fromhex(h) for h in locked), False)
 
     # -- take back -----------------------------------------------------------------------------
     def rollback(self, block: Block, undo: dict[str, Any]) -> None:
         """Take back a block that was refused part-way (or whose worker died): clear the spends
         of the transactions it created, delete those records, unset its mining if it got that
-        far. Idempotent."""
+        far, unlock what its conflict swaps locked, and give the transactions it made
+        conflicting back their spends. Idempotent."""
         created = {bytes.fromhex(h) for h in undo["created"]}
         new = [t for t in block.txs if t.txid in created]
-        spends = [s for t in new for s in spends_of(t)]
-        for part in chunks(spends, self.chunk * 2):
-            self.utxo.unspend(list(part))
+        self.release(new)
         self.utxo.delete_txs([t.txid for t in new])
         block_id = undo.get("block_id")
         if block_id is not None:
             old = [t.txid for t in block.txs if t.txid not in created]
             if old:
                 self.utxo.set_mined_multi(old, block_id, undo["height"], unset=True)
+        self._undo = undo
+        self.unlock_swapped()
         self.restore([bytes.fromhex(h) for h in undo.get("conflicted", [])], undo.get("height", 0))
 
     def restore(self, txids: Sequence[bytes], height: int) -> None:
@@ -384,7 +445,10 @@ class BlockApplier:
                     log.warning("tx %s could not spend its inputs again: %s", hash_to_hex(t), r)
 
     def disconnect(self, block: Block, height: int, block_id: int) -> None:
-        """A reorg takes this applied block off the best chain: its transactions stay, unmined."""
+        """A reorg takes this applied block off the best chain: its transactions are marked off
+        the longest chain, then its mining is unset; they stay, unmined (Teranode's order: the
+        mark first, so that the unset applies the delete-at-height rule to an unmined record)."""
         txids = [t.txid for t in block.txs]
         for part in chunks(txids, self.chunk):
-            self.utxo.set_mined_multi(list(part), block_id, height, unset=True)
+            self.utxo.mark_on_longest_chain(list(part), False)
+            self.utxo.set_mined_multi(list(part), block_id, height, unset=True, on_longest_chain=False)

@@ -19,18 +19,16 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from chain import Block
-from stores.state import StateStore
-from stores.state.chunks import CANCELLED, DONE, HELD
 from stores.errors import StorageError
 from stores.lease import holder_gone, holder_id
+from stores.state import StateStore
+from stores.state.chunks import CANCELLED, DONE, HELD
 
 if TYPE_CHECKING:
     from workers.blockapply import BlockApplier

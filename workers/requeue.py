@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from stores.state import StateStore
 from stores.errors import StorageError
+from stores.state import StateStore
 from workers.broker import BrokerUnreachable
 from workers.ingest import TASKS, publish
 from workers.services import Services

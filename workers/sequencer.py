@@ -20,8 +20,6 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -29,9 +27,9 @@ from contextlib import contextmanager
 
 from chain import Block, ParseError, bip34_height, block_work, check_pow, hex_to_hash, parse_block
 from stores.blob.protocol import BlobNotFound, BlobStore, blob_key
-from stores.state import BlockEntry, BlockStatus, StateStore
 from stores.errors import StorageError
 from stores.lease import holder_id
+from stores.state import BlockEntry, BlockStatus, StateStore
 from stores.utxo import UtxoStore
 from workers.blockapply import BlockApplier, BlockRefused
 from workers.fanout import Fanout, LocalFanout, settle_block

@@ -256,7 +256,8 @@ class SqlStateStore(ChunkBoardMixin, PendingTable):
 
         def unit(cur: Any) -> bool:
             q = self.db.q
-            cur.execute(q(f"SELECT holder, expires_at FROM leases WHERE name = ?{self.db.for_update}"), (name,))
+            sql = f"SELECT holder, expires_at FROM leases WHERE name = ?{self.db.for_update}"
+            cur.execute(q(sql), (name,))
             held = cur.fetchone()
             if held is not None and (held[0] == holder or lapsed(held[0], held[1], now)):
                 if held[0] != holder and held[1] > now:

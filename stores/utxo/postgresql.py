@@ -26,7 +26,9 @@ class PostgresUtxoStore(SqlUtxoStore):
         existed = bool(cur.fetchone()[0])
         if not existed and not self.may_create:
             raise self._no_store()
-        for stmt in ddl("BYTEA", "BIGINT", " WITH (fillfactor = 85)", ("CREATE SEQUENCE IF NOT EXISTS txs_id_seq",)):
+        for stmt in ddl(
+            "BYTEA", "BIGINT", " WITH (fillfactor = 85)", ("CREATE SEQUENCE IF NOT EXISTS txs_id_seq",)
+        ):
             cur.execute(stmt)
         self._check_schema(cur, existed)
 

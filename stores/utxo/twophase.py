@@ -70,13 +70,16 @@ class PagedRecords(Protocol):
 
     def height_for(self, hint: int = 0) -> int:
         """The height a rule counts from: `hint` or the store's, whichever is higher."""
+
     def acquire_creation_lock(
         self, txid: bytes, expected_recs: int, options: dict[str, Any] | None = None
     ) -> CreationLock | None: ...
     def creation_options(self, txid: bytes) -> dict[str, Any] | None: ...
     def release_creation_lock(self, lock: CreationLock) -> bool: ...
     def creation_state(self, txid: bytes) -> CreationState | None: ...
-    def create_master(self, rec: Record, creating: bool = True, options: dict[str, Any] | None = None) -> bool: ...
+    def create_master(
+        self, rec: Record, creating: bool = True, options: dict[str, Any] | None = None
+    ) -> bool: ...
     def create_page(self, page: Record) -> bool: ...
     def clear_creating_children(self, txid: bytes) -> int: ...
     def clear_creating_master(self, txid: bytes) -> bool: ...
@@ -121,9 +124,18 @@ def master_record(
 ) -> Record:
     """The master record of an external transaction (`kernel.create.master`)."""
     return create.master(
-        tx, block_height, [(b.block_id, b.block_height, b.subtree_idx) for b in blocks], fee,
-        batch_size=store.batch_size, retention=store.retention, dah_height=store.height_for(block_height),
-        created_at=int(time.time() * 1000), locked=locked, conflicting=conflicting, frozen=frozen, external=True,
+        tx,
+        block_height,
+        [(b.block_id, b.block_height, b.subtree_idx) for b in blocks],
+        fee,
+        batch_size=store.batch_size,
+        retention=store.retention,
+        dah_height=store.height_for(block_height),
+        created_at=int(time.time() * 1000),
+        locked=locked,
+        conflicting=conflicting,
+        frozen=frozen,
+        external=True,
     )
 
 
@@ -131,8 +143,12 @@ def options(rec: Record, block_height: int, frozen: bool) -> dict[str, Any]:
     """How a creation was asked for, as the lock row (and the creating master) keep it: a
     recovery that finds only the blob rebuilds exactly that."""
     return {
-        "block_height": block_height, "blocks": [list(b) for b in rec.block_list()],
-        "locked": rec.locked, "conflicting": rec.conflicting, "frozen": frozen, "fee": rec.fee,
+        "block_height": block_height,
+        "blocks": [list(b) for b in rec.block_list()],
+        "locked": rec.locked,
+        "conflicting": rec.conflicting,
+        "frozen": frozen,
+        "fee": rec.fee,
     }
 
 
@@ -262,9 +278,14 @@ def complete_creation(store: PagedRecords, txid: bytes, block_height: int | None
         frozen = bool(opts.get("frozen", False))
         height = int(opts.get("block_height", block_height or store.height_for()))
         rec = master_record(
-            store, tx, height, [BlockInfo(*b) for b in opts.get("blocks", [])],
-            locked=bool(opts.get("locked", False)), conflicting=bool(opts.get("conflicting", False)),
-            frozen=frozen, fee=opts.get("fee", tx.fee()),
+            store,
+            tx,
+            height,
+            [BlockInfo(*b) for b in opts.get("blocks", [])],
+            locked=bool(opts.get("locked", False)),
+            conflicting=bool(opts.get("conflicting", False)),
+            frozen=frozen,
+            fee=opts.get("fee", tx.fee()),
         )
         store.create_master(rec, options=options(rec, height, frozen))
         state = store.creation_state(txid)

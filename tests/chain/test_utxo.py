@@ -77,7 +77,10 @@ def test_the_fast_form_agrees_with_utxo_hash_at_every_varint_width() -> None:
     outs = [TxOut(a, s) for a in amounts for s in scripts]
     for start in (0, 0xFC - 3, 0xFFFF - 10, 0x10000):
         got = utxo_hashes(txid, outs, start)
-        want = [None if is_data_carrier(o.satoshis, o.script) else utxo_hash(txid, start + k, o.script, o.satoshis)
-                for k, o in enumerate(outs)]
+        want = [
+            None if is_data_carrier(o.satoshis, o.script)
+            else utxo_hash(txid, start + k, o.script, o.satoshis)
+            for k, o in enumerate(outs)
+        ]
         assert got == want
         assert sum(h is None for h in got) == 2  # the zero-satoshi 6a and 006a outputs

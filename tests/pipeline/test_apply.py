@@ -217,7 +217,7 @@ def _half_apply(seq: Sequencer, block: Block, stage: str) -> None:
     ctx = {"height": e.height, "block_id": e.block_id}
     seq.applier.create_phase(block, created, ctx)
     if stage in ("spent", "mined"):
-        seq.applier.spend_phase(block, ctx)
+        seq.applier.spend_phase(block, created, ctx)
     if stage == "mined":
         seq.applier.mine_phase(block, ctx)
         seq.utxo.set_block_height(e.height)

@@ -58,6 +58,7 @@ def as_record(meta: TxMeta) -> Record:
         meta.txid, bytearray(), meta.total_utxos, meta.spent_utxos, meta.creating,
         fee=meta.fee, is_coinbase=meta.is_coinbase, spending_height=meta.spending_height, locked=meta.locked,
         conflicting=meta.conflicting, unmined_since=meta.unmined_since, preserve_until=meta.preserve_until,
-        delete_at_height=meta.delete_at_height, external=meta.external, total_extra_recs=meta.total_extra_recs,
+        delete_at_height=meta.delete_at_height, external=meta.external,
+        total_extra_recs=meta.total_extra_recs,
         blocks=encode_blocks(list(zip(meta.block_ids, meta.block_heights, meta.subtree_idxs))),
     )

@@ -16,7 +16,8 @@ from typing import Any, NoReturn
 import click
 
 from chain import ParseError
-from stores.utxo import UtxoError, UtxoStore, open_utxo_store
+from stores.errors import StoreError
+from stores.utxo import UtxoStore, open_utxo_store
 from workers.settings import Settings, SettingsError, load_settings, unknown_variables
 
 EXIT_OK = 0
@@ -143,11 +144,11 @@ def main(argv: list[str] | None = None) -> None:
     except (OutputClosed, BrokenPipeError):
         _silence_stdout()
         code = EXIT_OK
-    except (SettingsError, ParseError, UtxoError, BadInput, ValueError, OSError) as e:
+    except (SettingsError, ParseError, StoreError, BadInput, ValueError, OSError) as e:
         if debug:
             raise
         message = str(e) or type(e).__name__
-        if isinstance(e, UtxoError):
+        if isinstance(e, StoreError):
             message = f"[{e.code}] {message}"
         elif isinstance(e, OSError) and e.filename is not None:
             message = f"{e.strerror or e}: {e.filename}"

@@ -42,9 +42,11 @@ def tx_slots(tx: Tx, start: int = 0, stop: int | None = None, frozen: bool = Fal
     outs = tx.outputs if start == 0 and stop is None else tx.outputs[start:stop]
     spend = slots.FROZEN if frozen else slots.UNSPENT
     hashes = utxo_hashes(tx.txid, outs, start)
-    if None in hashes:  # a data carrier keeps its slot position, with no UTXO in it
-        return b"".join([slots.EMPTY_SLOT if h is None else h + spend for h in hashes]), len(hashes) - hashes.count(None)
-    return spend.join(hashes) + spend, len(hashes)
+    real = [h for h in hashes if h is not None]
+    if len(real) < len(hashes):  # a data carrier keeps its slot position, with no UTXO in it
+        empty = slots.EMPTY_SLOT
+        return b"".join([empty if h is None else h + spend for h in hashes]), len(real)
+    return spend.join(real) + spend, len(real)
 
 
 def count_utxos(tx: Tx) -> int:
@@ -85,9 +87,32 @@ def masters(
         packed, n = tx_slots(tx, 0, batch_size if extra else None, frozen)
         coinbase = len(ins) == 1 and ins[0].prev_vout == 0xFFFFFFFF and ins[0].prev_txid == slots.NO_HASH
         rec = Record(  # positionally, in the field order: a block's create makes one per tx
-            tx.txid, bytearray(packed), n, 0, False, 0, 0, tx.version, tx.locktime, fee, len(tx.raw), coinbase,
-            maturity if coinbase else 0, locked, conflicting, unmined, created_at, None, None, external or extra > 0,
-            extra, blocks_json, b"", b"", "[]", NO_SPENDABLE,
+            tx.txid,
+            bytearray(packed),
+            n,
+            0,
+            False,
+            0,
+            0,
+            tx.version,
+            tx.locktime,
+            fee,
+            len(tx.raw),
+            coinbase,
+            maturity if coinbase else 0,
+            locked,
+            conflicting,
+            unmined,
+            created_at,
+            None,
+            None,
+            external or extra > 0,
+            extra,
+            blocks_json,
+            b"",
+            b"",
+            "[]",
+            NO_SPENDABLE,
             b"" if coinbase else b"".join([i.prev_txid + _u32(i.prev_vout) for i in ins]),
         )
         if extra:
@@ -126,16 +151,25 @@ def snapshot(
         if v >= batch_size:
             by_page.setdefault(v // batch_size, []).append(v)
     rec = Record(
-        txid, bytearray(slots.pack(hashes.get(v) for v in range(min(top + 1, batch_size)))),
-        sum(h is not None for h in hashes.values()), 0, is_coinbase=coinbase,
-        spending_height=spending_height(coinbase, height), created_at=created_at, external=external,
-        total_extra_recs=top // batch_size, blocks=encode_blocks([block]),
+        txid,
+        bytearray(slots.pack(hashes.get(v) for v in range(min(top + 1, batch_size)))),
+        sum(h is not None for h in hashes.values()),
+        0,
+        is_coinbase=coinbase,
+        spending_height=spending_height(coinbase, height),
+        created_at=created_at,
+        external=external,
+        total_extra_recs=top // batch_size,
+        blocks=encode_blocks([block]),
     )
     for k, vs in sorted(by_page.items()):
         first, last = k * batch_size, max(vs)
         rec.pages[k] = Record(
-            txid, bytearray(slots.pack(hashes.get(v) for v in range(first, last + 1))),
-            sum(hashes[v] is not None for v in vs), 0, page=k,
+            txid,
+            bytearray(slots.pack(hashes.get(v) for v in range(first, last + 1))),
+            sum(hashes[v] is not None for v in vs),
+            0,
+            page=k,
         )
     apply_dah(rec, dah_height, retention)
     rec.dirty.clear()

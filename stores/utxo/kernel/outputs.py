@@ -37,7 +37,9 @@ SLOT = slots.SLOT
 REASSIGN_DELAY = 1000  # Teranode's ReAssignedUtxoSpendableAfterBlocks
 
 
-def _slot(parent: Record | None, op: Outpoint, want: bytes, batch_size: int) -> tuple[Record, int] | UtxoError:
+def _slot(
+    parent: Record | None, op: Outpoint, want: bytes, batch_size: int
+) -> tuple[Record, int] | UtxoError:
     name = fmt_outpoint(op)
     if parent is None:
         return TxNotFound(f"tx of {name} not found", outpoint=op)
@@ -64,14 +66,18 @@ def freeze(parent: Record | None, op: Outpoint, want: bytes, batch_size: int) ->
     if data != slots.UNSPENT:
         by, vin = data[:32], int.from_bytes(data[32:], "little")
         return UtxoSpent(
-            f"output {fmt_outpoint(op)} is spent by {hash_to_hex(by)}:{vin}; only an unspent output can be frozen",
-            outpoint=op, spending_txid=by, spending_vin=vin,
+            f"output {fmt_outpoint(op)} is spent by {hash_to_hex(by)}:{vin}; only unspent ones are frozen",
+            outpoint=op,
+            spending_txid=by,
+            spending_vin=vin,
         )
     parent.set_spending(rec, off, slots.FROZEN, 0)
     return None
 
 
-def _frozen(parent: Record | None, op: Outpoint, want: bytes, batch_size: int) -> tuple[Record, int] | UtxoError:
+def _frozen(
+    parent: Record | None, op: Outpoint, want: bytes, batch_size: int
+) -> tuple[Record, int] | UtxoError:
     loc = _slot(parent, op, want, batch_size)
     if isinstance(loc, UtxoError):
         return loc
@@ -98,13 +104,19 @@ def reassign(
         return loc
     assert parent is not None
     rec, off = loc
-    rec.utxos[off:off + 32] = new_hash
+    rec.utxos[off : off + 32] = new_hash
     parent.set_spending(rec, off, slots.UNSPENT, 0)
     spendable = parent.spendable()
     spendable[op[1]] = tip + REASSIGN_DELAY
     parent.set_spendable(spendable)
-    parent.add_reassignment({"offset": op[1], "utxo_hash": hash_to_hex(want),
-                             "new_utxo_hash": hash_to_hex(new_hash), "block_height": tip})
+    parent.add_reassignment(
+        {
+            "offset": op[1],
+            "utxo_hash": hash_to_hex(want),
+            "new_utxo_hash": hash_to_hex(new_hash),
+            "block_height": tip,
+        }
+    )
     for r in {id(parent): parent, id(rec): rec}.values():  # the master counts the whole tx
         r.total_utxos += 1
         r.touch("total_utxos")

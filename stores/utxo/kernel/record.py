@@ -124,7 +124,9 @@ class Record:
         return {int(k): v for k, v in json.loads(self.spendable_in).items()}
 
     def set_spendable(self, spendable: dict[int, int]) -> None:
-        self.spendable_in = json.dumps({str(k): v for k, v in sorted(spendable.items())}) if spendable else "{}"
+        self.spendable_in = (
+            json.dumps({str(k): v for k, v in sorted(spendable.items())}) if spendable else "{}"
+        )
         self.touch("spendable_in")
 
     def reassignment_list(self) -> list[dict[str, Any]]:
@@ -181,10 +183,34 @@ def meta_of(rec: Record, tx: Tx | None = None) -> TxMeta:
     positionally (TxMeta's field order): a block's create call makes one per transaction."""
     assert not rec.partial, "a record loaded for the rules is not handed out"
     ids, heights, subtrees = _block_columns(rec.blocks)
-    return tuple.__new__(TxMeta, (
-        rec.txid, rec.fee, rec.size_in_bytes, rec.is_coinbase, rec.version, rec.locktime,
-        rec.inpoint_list(), rec.locked, rec.creating, rec.conflicting, rec.children("conflicting_children"),
-        rec.unmined_since, rec.created_at, rec.preserve_until, rec.delete_at_height, rec.spending_height,
-        list(ids), list(heights), list(subtrees), rec.external, rec.total_extra_recs, rec.total_utxos, rec.spent_utxos,
-        rec.reassignment_list(), rec.children("deleted_children"), tx,
-    ))
+    return tuple.__new__(
+        TxMeta,
+        (
+            rec.txid,
+            rec.fee,
+            rec.size_in_bytes,
+            rec.is_coinbase,
+            rec.version,
+            rec.locktime,
+            rec.inpoint_list(),
+            rec.locked,
+            rec.creating,
+            rec.conflicting,
+            rec.children("conflicting_children"),
+            rec.unmined_since,
+            rec.created_at,
+            rec.preserve_until,
+            rec.delete_at_height,
+            rec.spending_height,
+            list(ids),
+            list(heights),
+            list(subtrees),
+            rec.external,
+            rec.total_extra_recs,
+            rec.total_utxos,
+            rec.spent_utxos,
+            rec.reassignment_list(),
+            rec.children("deleted_children"),
+            tx,
+        ),
+    )

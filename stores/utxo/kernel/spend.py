@@ -84,7 +84,9 @@ def expected_hash(tx: Tx, vin: int) -> bytes | None:
     return utxo_hash(i.prev_txid, i.prev_vout, i.prev_script, i.prev_satoshis)
 
 
-def record_error(parent: Record | None, op: Outpoint, height: int, ignore: Ignore = NO_IGNORE) -> UtxoError | None:
+def record_error(
+    parent: Record | None, op: Outpoint, height: int, ignore: Ignore = NO_IGNORE
+) -> UtxoError | None:
     """The record-level rules of a spend of `op` at `height` (None: they pass)."""
     name = fmt_outpoint(op)
     if parent is None:
@@ -98,7 +100,8 @@ def record_error(parent: Record | None, op: Outpoint, height: int, ignore: Ignor
     if parent.is_coinbase and parent.spending_height > height:
         return TxCoinbaseImmature(
             f"coinbase output {name} is spendable from height {parent.spending_height}, not {height}",
-            outpoint=op, spendable_at=parent.spending_height,
+            outpoint=op,
+            spendable_at=parent.spending_height,
         )
     return None
 
@@ -120,13 +123,16 @@ def output_error(
     if want is not None and not u.startswith(want, off):
         return UtxoMismatch(
             f"output {name}: utxo hash {hash_to_hex(want)} does not match the stored "
-            f"{hash_to_hex(bytes(u[off : off + 32]))} (wrong script or value)", outpoint=op,
+            f"{hash_to_hex(bytes(u[off : off + 32]))} (wrong script or value)",
+            outpoint=op,
         ), None
     if parent.spendable_in != NO_SPENDABLE:
         until = parent.spendable().get(op[1])
         if until is not None and until >= height:
             return UtxoFrozen(
-                f"output {name} was reassigned: spendable from height {until + 1}", outpoint=op, until=until + 1
+                f"output {name} was reassigned: spendable from height {until + 1}",
+                outpoint=op,
+                until=until + 1,
             ), None
     data = bytes(u[off + 32 : off + SLOT])
     if data == UNSPENT:
@@ -142,7 +148,10 @@ def output_error(
         return UtxoFrozen(f"output {name} is frozen", outpoint=op), None
     by, vin = data[:32], int.from_bytes(data[32:], "little")
     return UtxoSpent(
-        f"output {name} is already spent by {hash_to_hex(by)}:{vin}", outpoint=op, spending_txid=by, spending_vin=vin
+        f"output {name} is already spent by {hash_to_hex(by)}:{vin}",
+        outpoint=op,
+        spending_txid=by,
+        spending_vin=vin,
     ), None
 
 
@@ -173,8 +182,12 @@ def spend_tx(
             assert parent is not None
             err, loc = output_error(parent, op, expected_hash(tx, vin), mine, height, batch_size)
         if err is None and (first := seen.setdefault(op, vin)) != vin:
-            err = UtxoSpent(f"output {fmt_outpoint(op)} is spent twice by the same tx (inputs {first} and {vin})",
-                            outpoint=op, spending_txid=txid, spending_vin=first)
+            err = UtxoSpent(
+                f"output {fmt_outpoint(op)} is spent twice by the same tx (inputs {first} and {vin})",
+                outpoint=op,
+                spending_txid=txid,
+                spending_vin=first,
+            )
         if err is not None:
             errors.append((vin, err))
             continue
@@ -204,11 +217,17 @@ def spend_txs(
     """Spend each of `txs` in turn against `parents` (changed in place). `blessed`: txids whose
     own record exists (not conflicting): an input of theirs whose parent is gone is skipped."""
     # The fast form's records: no record-level rule can refuse a spend of theirs at this height.
-    plain = {
-        t: p for t, p in parents.items()
-        if not (p.creating or p.conflicting or p.locked or p.total_extra_recs)
-        and p.spendable_in == NO_SPENDABLE and not (p.is_coinbase and p.spending_height > height)
-    } if fast else {}
+    plain = (
+        {
+            t: p
+            for t, p in parents.items()
+            if not (p.creating or p.conflicting or p.locked or p.total_extra_recs)
+            and p.spendable_in == NO_SPENDABLE
+            and not (p.is_coinbase and p.spending_height > height)
+        }
+        if fast
+        else {}
+    )
     get = plain.get
     new = tuple.__new__
     results: list[list[Spend] | UtxoError] = []
@@ -243,7 +262,8 @@ def spend_txs(
             n = len(picked)
             # no outpoint twice in one tx (the general path names that error)
             if n < 2 or (
-                (picked[0][0] is not picked[1][0] or picked[0][1] != picked[1][1]) if n == 2
+                (picked[0][0] is not picked[1][0] or picked[0][1] != picked[1][1])
+                if n == 2
                 else len({(id(p), off) for p, off, _v in picked}) == n
             ):
                 for p, off, vin in picked:
@@ -295,7 +315,8 @@ def spend_status(parent: Record | None, op: Outpoint, want: bytes, tip: int, bat
     if not rec.utxos.startswith(want, off):
         raise UtxoMismatch(
             f"output {fmt_outpoint(op)}: utxo hash {hash_to_hex(want)} does not match the stored "
-            f"{hash_to_hex(bytes(rec.utxos[off : off + 32]))}", outpoint=op,
+            f"{hash_to_hex(bytes(rec.utxos[off : off + 32]))}",
+            outpoint=op,
         )
     if parent.locked:
         return SpendInfo(SpendStatus.LOCKED)

@@ -68,14 +68,17 @@ class SqlBase:
         if any(rec.total_extra_recs for rec in found.values()):
             size = self.batch_size
             pages = {
-                (t, v // size) for t, v in want
-                if v >= size and (rec := found.get(t)) is not None and rec.total_extra_recs
+                (t, v // size)
+                for t, v in want
+                if v >= size and (m := found.get(t)) is not None and m.total_extra_recs
             }
             for (t, _k), pg in self._pages(cur, pages, lock).items():
                 found[t].pages[pg.page] = pg
         return found
 
-    def _pages(self, cur: Any, keys: Iterable[tuple[bytes, int]], lock: bool = True) -> dict[tuple[bytes, int], Record]:
+    def _pages(
+        self, cur: Any, keys: Iterable[tuple[bytes, int]], lock: bool = True
+    ) -> dict[tuple[bytes, int], Record]:
         """The child pages with these (txid, index) keys, in key order."""
         sql = self.db.q(
             f"SELECT {codec.SELECT_PAGE} FROM tx_pages WHERE txid = ? AND page = ?"

@@ -19,10 +19,32 @@ from typing import Any
 from stores.utxo.kernel.record import Record
 
 RECORD_COLS = (
-    "id", "txid", "version", "locktime", "fee", "size_in_bytes", "is_coinbase", "spending_height",
-    "locked", "creating", "conflicting", "unmined_since", "created_at", "preserve_until",
-    "delete_at_height", "external", "total_extra_recs", "total_utxos", "spent_utxos", "blocks",
-    "conflicting_children", "deleted_children", "reassignments", "spendable_in", "inpoints", "utxos",
+    "id",
+    "txid",
+    "version",
+    "locktime",
+    "fee",
+    "size_in_bytes",
+    "is_coinbase",
+    "spending_height",
+    "locked",
+    "creating",
+    "conflicting",
+    "unmined_since",
+    "created_at",
+    "preserve_until",
+    "delete_at_height",
+    "external",
+    "total_extra_recs",
+    "total_utxos",
+    "spent_utxos",
+    "blocks",
+    "conflicting_children",
+    "deleted_children",
+    "reassignments",
+    "spendable_in",
+    "inpoints",
+    "utxos",
 )
 SELECT = ", ".join(RECORD_COLS)
 TX_COLS = (*RECORD_COLS, "raw_format", "raw")
@@ -32,7 +54,9 @@ INSERT_TX = (
 )
 # What the rules read and write: a record loaded to be changed (`SqlBase._records`) leaves out the
 # metadata no rule touches, and is marked `partial` (never handed out: `meta_of` refuses it).
-RULE_COLS = tuple(c for c in RECORD_COLS if c not in ("version", "locktime", "fee", "size_in_bytes", "created_at"))
+RULE_COLS = tuple(
+    c for c in RECORD_COLS if c not in ("version", "locktime", "fee", "size_in_bytes", "created_at")
+)
 SELECT_RULES = ", ".join(RULE_COLS)
 PAGE_COLS = ("txid", "page", "creating", "total_utxos", "spent_utxos", "utxos")
 SELECT_PAGE = ", ".join(PAGE_COLS)
@@ -52,10 +76,34 @@ _new = object.__new__
 def record(r: tuple[Any, ...]) -> Record:
     """A `Record` from a row of `RECORD_COLS` (extra columns after them are ignored)."""
     rec: Record = _new(Record)
-    (rec.id, rec.txid, rec.version, rec.locktime, rec.fee, rec.size_in_bytes, coinbase, rec.spending_height,
-     locked, creating, conflicting, rec.unmined_since, rec.created_at, rec.preserve_until, rec.delete_at_height,
-     external, rec.total_extra_recs, rec.total_utxos, rec.spent_utxos, rec.blocks, rec.conflicting_children,
-     rec.deleted_children, rec.reassignments, rec.spendable_in, rec.inpoints, utxos) = r[:26]
+    (
+        rec.id,
+        rec.txid,
+        rec.version,
+        rec.locktime,
+        rec.fee,
+        rec.size_in_bytes,
+        coinbase,
+        rec.spending_height,
+        locked,
+        creating,
+        conflicting,
+        rec.unmined_since,
+        rec.created_at,
+        rec.preserve_until,
+        rec.delete_at_height,
+        external,
+        rec.total_extra_recs,
+        rec.total_utxos,
+        rec.spent_utxos,
+        rec.blocks,
+        rec.conflicting_children,
+        rec.deleted_children,
+        rec.reassignments,
+        rec.spendable_in,
+        rec.inpoints,
+        utxos,
+    ) = r[:26]
     _finish(rec, utxos, coinbase, locked, creating, conflicting, external)
     rec.partial = False
     return rec
@@ -64,10 +112,29 @@ def record(r: tuple[Any, ...]) -> Record:
 def rule_record(r: tuple[Any, ...]) -> Record:
     """A partial `Record` from a row of `RULE_COLS`."""
     rec: Record = _new(Record)
-    (rec.id, rec.txid, coinbase, rec.spending_height, locked, creating, conflicting, rec.unmined_since,
-     rec.preserve_until, rec.delete_at_height, external, rec.total_extra_recs, rec.total_utxos, rec.spent_utxos,
-     rec.blocks, rec.conflicting_children, rec.deleted_children, rec.reassignments, rec.spendable_in,
-     rec.inpoints, utxos) = r
+    (
+        rec.id,
+        rec.txid,
+        coinbase,
+        rec.spending_height,
+        locked,
+        creating,
+        conflicting,
+        rec.unmined_since,
+        rec.preserve_until,
+        rec.delete_at_height,
+        external,
+        rec.total_extra_recs,
+        rec.total_utxos,
+        rec.spent_utxos,
+        rec.blocks,
+        rec.conflicting_children,
+        rec.deleted_children,
+        rec.reassignments,
+        rec.spendable_in,
+        rec.inpoints,
+        utxos,
+    ) = r
     _finish(rec, utxos, coinbase, locked, creating, conflicting, external)
     rec.version = rec.locktime = rec.size_in_bytes = rec.created_at = 0
     rec.fee = None
@@ -75,8 +142,9 @@ def rule_record(r: tuple[Any, ...]) -> Record:
     return rec
 
 
-def _finish(rec: Record, utxos: bytes, coinbase: int, locked: int, creating: int, conflicting: int,
-            external: int) -> None:
+def _finish(
+    rec: Record, utxos: bytes, coinbase: int, locked: int, creating: int, conflicting: int, external: int
+) -> None:
     rec.utxos = bytearray(utxos)
     rec.is_coinbase, rec.locked, rec.creating = coinbase == 1, locked == 1, creating == 1
     rec.conflicting, rec.external = conflicting == 1, external == 1
@@ -93,11 +161,34 @@ def page(r: tuple[Any, ...]) -> Record:
 def values(rec: Record, raw_format: int = RAW_NONE, raw: bytes | None = None) -> list[Any]:
     """`INSERT_TX`'s values for a new master record (its id first, to be filled in)."""
     return [
-        rec.id, rec.txid, rec.version, rec.locktime, rec.fee, rec.size_in_bytes, int(rec.is_coinbase),
-        rec.spending_height, int(rec.locked), int(rec.creating), int(rec.conflicting), rec.unmined_since,
-        rec.created_at, rec.preserve_until, rec.delete_at_height, int(rec.external), rec.total_extra_recs,
-        rec.total_utxos, rec.spent_utxos, rec.blocks, rec.conflicting_children, rec.deleted_children,
-        rec.reassignments, rec.spendable_in, rec.inpoints, bytes(rec.utxos), raw_format, raw,
+        rec.id,
+        rec.txid,
+        rec.version,
+        rec.locktime,
+        rec.fee,
+        rec.size_in_bytes,
+        int(rec.is_coinbase),
+        rec.spending_height,
+        int(rec.locked),
+        int(rec.creating),
+        int(rec.conflicting),
+        rec.unmined_since,
+        rec.created_at,
+        rec.preserve_until,
+        rec.delete_at_height,
+        int(rec.external),
+        rec.total_extra_recs,
+        rec.total_utxos,
+        rec.spent_utxos,
+        rec.blocks,
+        rec.conflicting_children,
+        rec.deleted_children,
+        rec.reassignments,
+        rec.spendable_in,
+        rec.inpoints,
+        bytes(rec.utxos),
+        raw_format,
+        raw,
     ]
 
 
@@ -149,13 +240,36 @@ def updates(records: Iterable[Record]) -> list[tuple[str, list[tuple[Any, ...]]]
 # The columns every new record of one create call shares are written as literals, which halves
 # the parameters bound per row; each row binds the rest. (`create_insert` checks the literals.)
 CREATE_COLS = (
-    "id", "txid", "version", "locktime", "fee", "size_in_bytes", "is_coinbase", "spending_height",
-    "total_utxos", "delete_at_height", "inpoints", "utxos", "raw", "created_at",
+    "id",
+    "txid",
+    "version",
+    "locktime",
+    "fee",
+    "size_in_bytes",
+    "is_coinbase",
+    "spending_height",
+    "total_utxos",
+    "delete_at_height",
+    "inpoints",
+    "utxos",
+    "raw",
+    "created_at",
 )
 SHARED_COLS = (
-    "locked", "creating", "conflicting", "unmined_since", "preserve_until", "external",
-    "total_extra_recs", "spent_utxos", "blocks", "reassignments", "spendable_in", "raw_format",
-    "conflicting_children", "deleted_children",
+    "locked",
+    "creating",
+    "conflicting",
+    "unmined_since",
+    "preserve_until",
+    "external",
+    "total_extra_recs",
+    "spent_utxos",
+    "blocks",
+    "reassignments",
+    "spendable_in",
+    "raw_format",
+    "conflicting_children",
+    "deleted_children",
 )
 
 
@@ -164,9 +278,16 @@ def create_insert(like: Record, empty_blob: str) -> str:
     new one-record transaction: nothing spent, preserved, listed, reassigned or external)."""
     if not all(c in "0123456789[],-" for c in like.blocks):
         raise ValueError(f"unexpected block list {like.blocks!r}")
-    assert not (like.preserve_until is not None or like.external or like.total_extra_recs or like.spent_utxos
-                or like.conflicting_children or like.deleted_children or like.reassignments != "[]"
-                or like.spendable_in != "{}"), "not a new one-record transaction"
+    assert not (
+        like.preserve_until is not None
+        or like.external
+        or like.total_extra_recs
+        or like.spent_utxos
+        or like.conflicting_children
+        or like.deleted_children
+        or like.reassignments != "[]"
+        or like.spendable_in != "{}"
+    ), "not a new one-record transaction"
     unmined = "NULL" if like.unmined_since is None else str(int(like.unmined_since))
     shared = (
         f"{int(like.locked)}, {int(like.creating)}, {int(like.conflicting)}, {unmined}, NULL, 0, 0, 0, "
@@ -181,7 +302,18 @@ def create_insert(like: Record, empty_blob: str) -> str:
 def create_values(rec: Record, raw: bytes) -> list[Any]:
     """`create_insert`'s values for one record (its id first, to be filled in)."""
     return [
-        0, rec.txid, rec.version, rec.locktime, rec.fee, rec.size_in_bytes, int(rec.is_coinbase),
-        rec.spending_height, rec.total_utxos, rec.delete_at_height, rec.inpoints, bytes(rec.utxos), raw,
+        0,
+        rec.txid,
+        rec.version,
+        rec.locktime,
+        rec.fee,
+        rec.size_in_bytes,
+        int(rec.is_coinbase),
+        rec.spending_height,
+        rec.total_utxos,
+        rec.delete_at_height,
+        rec.inpoints,
+        bytes(rec.utxos),
+        raw,
         rec.created_at,
     ]

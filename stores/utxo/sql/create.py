@@ -105,9 +105,15 @@ class CreateMixin(SpendMixin):
         fees = self._fees(txs)
         blocks = [(b.block_id, b.block_height, b.subtree_idx) for b in mined_block_infos]
         make = create.masters(
-            block_height, blocks, batch_size=self.batch_size, retention=self.retention,
-            dah_height=self.height_for(block_height), created_at=int(time.time() * 1000), locked=locked,
-            conflicting=conflicting, frozen=frozen,
+            block_height,
+            blocks,
+            batch_size=self.batch_size,
+            retention=self.retention,
+            dah_height=self.height_for(block_height),
+            created_at=int(time.time() * 1000),
+            locked=locked,
+            conflicting=conflicting,
+            frozen=frozen,
         )
         seen: set[bytes] = set()
         todo: list[Row] = []
@@ -134,8 +140,17 @@ class CreateMixin(SpendMixin):
         after = self._list_on_parents(txs) if conflicting else None
         dups = self._insert_new("create", todo, insert, after) if insert is not None else []
         if external:
-            self._create_external(txs, external, fees, results, block_height, mined_block_infos,
-                                  locked=locked, conflicting=conflicting, frozen=frozen)
+            self._create_external(
+                txs,
+                external,
+                fees,
+                results,
+                block_height,
+                mined_block_infos,
+                locked=locked,
+                conflicting=conflicting,
+                frozen=frozen,
+            )
         for i in dups:
             txid = txs[i].txid
             results[i] = TxExists(f"tx {hash_to_hex(txid)} already exists", txid=txid)
@@ -158,6 +173,11 @@ class CreateMixin(SpendMixin):
             self._write(cur, recs.values())
 
         return after
+
+    def _list_paged_on_parents(self, tx: Tx) -> None:
+        """A multi-record tx created conflicting, listed on its parents (after its pages)."""
+        listed = self._list_on_parents([tx])
+        self.db.write("create", lambda cur: listed(cur, {tx.txid}))
 
     def _create_external(
         self,
@@ -182,18 +202,31 @@ class CreateMixin(SpendMixin):
             try:
                 if len(tx.outputs) > self.batch_size:
                     results[i] = twophase.create_paged(
-                        self, tx, block_height, blocks, locked=locked, conflicting=conflicting, frozen=frozen,
+                        self,
+                        tx,
+                        block_height,
+                        blocks,
+                        locked=locked,
+                        conflicting=conflicting,
+                        frozen=frozen,
                         fee=fees[i],
                     )
                     if conflicting:
-                        self.db.write("create", lambda cur, t=tx: self._list_on_parents([t])(cur, {t.txid}))
+                        self._list_paged_on_parents(tx)
                     continue
                 self.external.put_tx(tx)
             except StoreError as e:
                 results[i] = e
                 continue
             rec = twophase.master_record(
-                self, tx, block_height, blocks, locked=locked, conflicting=conflicting, frozen=frozen, fee=fees[i],
+                self,
+                tx,
+                block_height,
+                blocks,
+                locked=locked,
+                conflicting=conflicting,
+                frozen=frozen,
+                fee=fees[i],
             )
             todo.append((i, tx.txid, codec.values(rec)))
             results[i] = meta_of(rec, tx)
@@ -208,7 +241,14 @@ class CreateMixin(SpendMixin):
             raise ProcessingError(f"tx {tx.txid_hex} has no outputs", txid=tx.txid)
         tx = self._extend([tx], batch).get(tx.txid, tx)
         rec = twophase.master_record(
-            self, tx, block_height, (), locked=False, conflicting=False, frozen=False, fee=self._fees([tx])[0],
+            self,
+            tx,
+            block_height,
+            (),
+            locked=False,
+            conflicting=False,
+            frozen=False,
+            fee=self._fees([tx])[0],
         )
         return twophase.begin_creation(self, tx, rec, False, block_height)
 
@@ -220,9 +260,9 @@ class CreateMixin(SpendMixin):
         if not lacking:
             return {}
         in_batch = {t.txid: t for t in batch}
-        need = sorted({
-            (i.prev_txid, i.prev_vout) for t in lacking for i in t.inputs if i.prev_txid not in in_batch
-        })
+        need = sorted(
+            {(i.prev_txid, i.prev_vout) for t in lacking for i in t.inputs if i.prev_txid not in in_batch}
+        )
         known = {op: (o.satoshis, o.script) for op, o in self._prevouts(need).items()}
         out: dict[bytes, Tx] = {}
         for t in lacking:
@@ -259,7 +299,6 @@ class CreateMixin(SpendMixin):
             if after is not None:
                 after(cur, {row[1] for row in rows})
 
-
         def optimistic(cur: Any) -> list[int]:
             # The common case: nothing exists yet. ON CONFLICT DO NOTHING makes a clash show as a
             # short row count; then this unit rolls back and `checked` sorts out which existed.
@@ -267,8 +306,10 @@ class CreateMixin(SpendMixin):
             return []
 
         def checked(cur: Any) -> list[int]:
-            existing = {bytes(r[0]) for r in self.db.select_in(cur, "SELECT txid FROM txs WHERE txid",
-                                                               [t[1] for t in ordered])}
+            existing = {
+                bytes(r[0])
+                for r in self.db.select_in(cur, "SELECT txid FROM txs WHERE txid", [t[1] for t in ordered])
+            }
             new = [t for t in ordered if t[1] not in existing]
             if new:
                 write(cur, new)

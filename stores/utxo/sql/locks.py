@@ -47,15 +47,21 @@ class LockMixin(SqlBase):
         validate.number("expected_recs", expected_recs)
         now = int(time.time() * 1000)
         lock = CreationLock(
-            txid, now, now + int(self.lock_ttl(expected_recs) * 1000), os.getpid(),
-            socket.gethostname(), expected_recs,
+            txid,
+            now,
+            now + int(self.lock_ttl(expected_recs) * 1000),
+            os.getpid(),
+            socket.gethostname(),
+            expected_recs,
         )
 
         def unit(cur: Any) -> bool:
             q = self.db.q
             cur.execute(
-                q("SELECT created_at, process_id, hostname, expires_at FROM tx_locks "
-                  f"WHERE txid = ?{self.db.for_update}"),
+                q(
+                    "SELECT created_at, process_id, hostname, expires_at FROM tx_locks "
+                    f"WHERE txid = ?{self.db.for_update}"
+                ),
                 (txid,),
             )
             held = cur.fetchone()
@@ -69,8 +75,16 @@ class LockMixin(SqlBase):
                     "INSERT INTO tx_locks (txid, lock_type, created_at, expires_at, process_id, hostname, "
                     "expected_recs, options) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (txid) DO NOTHING"
                 ),
-                (txid, LOCK_TYPE, lock.created_at, lock.expires_at, lock.process_id, lock.hostname,
-                 expected_recs, json.dumps(options or {}, separators=(",", ":"))),
+                (
+                    txid,
+                    LOCK_TYPE,
+                    lock.created_at,
+                    lock.expires_at,
+                    lock.process_id,
+                    lock.hostname,
+                    expected_recs,
+                    json.dumps(options or {}, separators=(",", ":")),
+                ),
             )
             return bool(cur.rowcount == 1)
 

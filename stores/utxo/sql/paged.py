@@ -27,7 +27,9 @@ from stores.utxo.sql.locks import LockMixin
 
 
 class PagedMixin(LockMixin):
-    def create_master(self, rec: Record, creating: bool = True, options: dict[str, Any] | None = None) -> bool:
+    def create_master(
+        self, rec: Record, creating: bool = True, options: dict[str, Any] | None = None
+    ) -> bool:
         """Insert an external master record, create-only; False when it exists already. A
         creating master keeps the creation's `options` beside it until its flag clears."""
         row = codec.values(rec)
@@ -39,7 +41,9 @@ class PagedMixin(LockMixin):
             made = bool(cur.rowcount == 1)
             if made and creating:
                 cur.execute(
-                    self.db.q("INSERT INTO tx_creations (txid, options) VALUES (?, ?) ON CONFLICT (txid) DO NOTHING"),
+                    self.db.q(
+                        "INSERT INTO tx_creations (txid, options) VALUES (?, ?) ON CONFLICT (txid) DO NOTHING"
+                    ),
                     (rec.txid, json.dumps(options or {}, separators=(",", ":"))),
                 )
             return made
@@ -61,7 +65,9 @@ class PagedMixin(LockMixin):
         validate.hash32("txid", txid)
 
         def q(cur: Any) -> tuple[Any, list[int], Any]:
-            master = self.db.select_in(cur, "SELECT creating, total_extra_recs, utxos FROM txs WHERE txid", [txid])
+            master = self.db.select_in(
+                cur, "SELECT creating, total_extra_recs, utxos FROM txs WHERE txid", [txid]
+            )
             cur.execute(self.db.q("SELECT page FROM tx_pages WHERE txid = ?"), (txid,))
             pages = [r[0] for r in cur.fetchall()]
             cur.execute(self.db.q("SELECT options FROM tx_creations WHERE txid = ?"), (txid,))
@@ -74,8 +80,11 @@ class PagedMixin(LockMixin):
             frozen = bool(json.loads(opts[0]).get("frozen", False))
         else:  # a creation without recorded options: its master's slots tell
             utxos = bytes(master[2])
-            real = [utxos[k + 32 : k + slots.SLOT] for k in range(0, len(utxos), slots.SLOT)
-                    if not utxos.startswith(slots.NO_HASH, k)]
+            real = [
+                utxos[k + 32 : k + slots.SLOT]
+                for k in range(0, len(utxos), slots.SLOT)
+                if not utxos.startswith(slots.NO_HASH, k)
+            ]
             frozen = bool(real) and all(s == slots.FROZEN for s in real)
         return twophase.CreationState(
             creating=bool(master[0]), total_extra_recs=master[1], pages=frozenset([0, *pages]), frozen=frozen
@@ -83,7 +92,9 @@ class PagedMixin(LockMixin):
 
     def clear_creating_children(self, txid: bytes) -> int:
         def unit(cur: Any) -> int:
-            cur.execute(self.db.q("UPDATE tx_pages SET creating = 0 WHERE txid = ? AND creating = 1"), (txid,))
+            cur.execute(
+                self.db.q("UPDATE tx_pages SET creating = 0 WHERE txid = ? AND creating = 1"), (txid,)
+            )
             return int(cur.rowcount)
 
         return self.db.write(f"clear creating on the child pages of tx {hash_to_hex(txid)}", unit)
@@ -92,7 +103,9 @@ class PagedMixin(LockMixin):
         """Clear the master's flag once every child exists with its flag clear."""
 
         def unit(cur: Any) -> bool:
-            rows = self.db.select_in(cur, "SELECT creating, total_extra_recs FROM txs WHERE txid", [txid], lock=True)
+            rows = self.db.select_in(
+                cur, "SELECT creating, total_extra_recs FROM txs WHERE txid", [txid], lock=True
+            )
             if not rows:
                 raise TxNotFound(f"tx {hash_to_hex(txid)} not found", txid=txid)
             creating, extra = rows[0]
@@ -104,13 +117,15 @@ class PagedMixin(LockMixin):
             n, still = cur.fetchone()
             if n != extra or still:
                 raise ProcessingError(
-                    f"tx {hash_to_hex(txid)}: {n} of {extra} child pages exist, {still} still creating", txid=txid,
+                    f"tx {hash_to_hex(txid)}: {n} of {extra} child pages exist, {still} still creating",
+                    txid=txid,
                 )
             cur.execute(self.db.q("UPDATE txs SET creating = 0 WHERE txid = ?"), (txid,))
             cur.execute(self.db.q("DELETE FROM tx_creations WHERE txid = ?"), (txid,))
             # A dead creator's lock row whose TTL has passed has nothing left to guard.
             cur.execute(
-                self.db.q("DELETE FROM tx_locks WHERE txid = ? AND expires_at <= ?"), (txid, int(time.time() * 1000))
+                self.db.q("DELETE FROM tx_locks WHERE txid = ? AND expires_at <= ?"),
+                (txid, int(time.time() * 1000)),
             )
             return True
 
@@ -128,7 +143,9 @@ class PagedMixin(LockMixin):
 
             def q(cur: Any, after: int = last) -> Any:
                 cur.execute(
-                    self.db.q("SELECT page, utxos FROM tx_pages WHERE txid = ? AND page > ? ORDER BY page LIMIT 1"),
+                    self.db.q(
+                        "SELECT page, utxos FROM tx_pages WHERE txid = ? AND page > ? ORDER BY page LIMIT 1"
+                    ),
                     (txid, after),
                 )
                 return cur.fetchone()

@@ -92,7 +92,9 @@ class ReadMixin(StateMixin):
         try:
             return self.external.get_tx(txid)
         except BlobNotFound:
-            raise StorageError(f"tx {hash_to_hex(txid)} is stored externally but its blob is missing") from None
+            raise StorageError(
+                f"tx {hash_to_hex(txid)} is stored externally but its blob is missing"
+            ) from None
 
     def _walk_external(self, txid: bytes) -> Iterator[tuple[int, int, bytes]]:
         try:
@@ -100,9 +102,13 @@ class ReadMixin(StateMixin):
         except BlobNotFound:
             if not self.existing([txid]):
                 return  # pruned while the listing ran: it has no outputs to list any more
-            raise StorageError(f"tx {hash_to_hex(txid)} is stored externally but its blob is missing") from None
+            raise StorageError(
+                f"tx {hash_to_hex(txid)} is stored externally but its blob is missing"
+            ) from None
 
-    def _outputs_of(self, rec: Record, raw_format: int, raw: bytes | None, vouts: list[int]) -> dict[int, tuple[int, bytes]]:
+    def _outputs_of(
+        self, rec: Record, raw_format: int, raw: bytes | None, vouts: list[int]
+    ) -> dict[int, tuple[int, bytes]]:
         if rec.external:
             try:
                 return self.external.outputs(rec.txid, vouts)
@@ -124,7 +130,9 @@ class ReadMixin(StateMixin):
         """Those of `txids` whose record meets the condition `where`."""
         validate.txids(txids)
         sql = f"SELECT txid FROM txs WHERE {where} AND txid"
-        return self.db.read(what, lambda cur: {bytes(r[0]) for r in self.db.select_in(cur, sql, sorted(set(txids)))})
+        return self.db.read(
+            what, lambda cur: {bytes(r[0]) for r in self.db.select_in(cur, sql, sorted(set(txids)))}
+        )
 
     def snapshot_block(self) -> tuple[int, bytes] | None:
         """(height, hash) of the block a UTXO snapshot was imported at, if one was."""
@@ -134,14 +142,22 @@ class ReadMixin(StateMixin):
         height, hexhash = r.split(":", 1)
         return int(height), bytes.fromhex(hexhash)[::-1]
 
-    def _read_records(self, what: str, wanted: dict[bytes, list[int]]) -> tuple[list[Any], dict[bytes, Record]]:
+    def _read_records(
+        self, what: str, wanted: dict[bytes, list[int]]
+    ) -> tuple[list[Any], dict[bytes, Record]]:
         """(rows with raw, their records with the pages that hold the wanted vouts)."""
 
         def q(cur: Any) -> tuple[list[Any], dict[bytes, Record]]:
             rows = self.db.select_in(cur, f"{SELECT_TX} WHERE txid", sorted(wanted))
             recs = {bytes(r[1]): codec.record(r) for r in rows}
             size = self.batch_size
-            keys = {(t, v // size) for t, rec in recs.items() if rec.total_extra_recs for v in wanted[t] if v >= size}
+            keys = {
+                (t, v // size)
+                for t, rec in recs.items()
+                if rec.total_extra_recs
+                for v in wanted[t]
+                if v >= size
+            }
             for (t, k), pg in self._pages(cur, keys, lock=False).items():
                 recs[t].pages[k] = pg
             return rows, recs

@@ -107,7 +107,11 @@ INDEXES = [
 
 def ddl(blob: str, bigint: str, opts: str = "", extra: tuple[str, ...] = ()) -> list[str]:
     return [
-        *extra, TXS.format(blob=blob, bigint=bigint, opts=opts), PAGES.format(blob=blob),
-        CREATIONS.format(blob=blob), META,
-        LOCKS.format(blob=blob), *INDEXES,
+        *extra,
+        TXS.format(blob=blob, bigint=bigint, opts=opts),
+        PAGES.format(blob=blob),
+        CREATIONS.format(blob=blob),
+        META,
+        LOCKS.format(blob=blob),
+        *INDEXES,
     ]

@@ -102,7 +102,9 @@ class SnapshotMixin(CreateMixin):
         if pages:
             cur.executemany(self.db.q(codec.INSERT_PAGE), pages)
 
-    def _snapshot_record(self, us: list[Utxo], block_id: int, now: int, height: int, done: list[int]) -> Snapshot:
+    def _snapshot_record(
+        self, us: list[Utxo], block_id: int, now: int, height: int, done: list[int]
+    ) -> Snapshot:
         """One snapshot record, checked entry by entry; outputs too large for a record go to the
         blob store as `.outputs`."""
         txid = us[0].txid
@@ -119,12 +121,17 @@ class SnapshotMixin(CreateMixin):
                 )
             if type(u.vout) is not int or not 0 <= u.vout <= validate.MAX_VOUT:
                 raise ProcessingError(
-                    f"snapshot output {hash_to_hex(txid)}:{u.vout}: vout out of range (0…{validate.MAX_VOUT})",
+                    f"snapshot output {hash_to_hex(txid)}:{u.vout}: vout out of range "
+                    f"(0…{validate.MAX_VOUT})",
                     txid=txid,
                 )
             if u.vout in hashes:
                 raise ProcessingError(f"snapshot lists output {hash_to_hex(txid)}:{u.vout} twice", txid=txid)
-            hashes[u.vout] = None if is_data_carrier(u.satoshis, u.script) else utxo_hash(txid, u.vout, u.script, u.satoshis)
+            hashes[u.vout] = (
+                None
+                if is_data_carrier(u.satoshis, u.script)
+                else utxo_hash(txid, u.vout, u.script, u.satoshis)
+            )
         items = sorted((u.vout, u.satoshis, u.script) for u in us)
         outputs: bytes | None = slots.encode_outputs(items)
         raw_format, external = codec.RAW_OUTPUTS, False
@@ -133,8 +140,16 @@ class SnapshotMixin(CreateMixin):
             self.external.put_outputs(txid, h, coinbase, items)
             outputs, raw_format, external = None, codec.RAW_NONE, True
         rec = create.snapshot(
-            txid, hashes, h, coinbase, (block_id, h, 0), batch_size=self.batch_size, retention=self.retention,
-            dah_height=height, created_at=now, external=external,
+            txid,
+            hashes,
+            h,
+            coinbase,
+            (block_id, h, 0),
+            batch_size=self.batch_size,
+            retention=self.retention,
+            dah_height=height,
+            created_at=now,
+            external=external,
         )
         done[0] += rec.total_utxos
         done[1] += 1
@@ -142,4 +157,6 @@ class SnapshotMixin(CreateMixin):
 
     def is_empty(self) -> bool:
         """True when the store holds no record at all."""
-        return self.db.read("is_empty", lambda cur: cur.execute("SELECT 1 FROM txs LIMIT 1").fetchone() is None)
+        return self.db.read(
+            "is_empty", lambda cur: cur.execute("SELECT 1 FROM txs LIMIT 1").fetchone() is None
+        )

@@ -50,19 +50,30 @@ class SpendMixin(ReadMixin):
         height = self.height_for(block_height)
 
         def unit(cur: Any) -> list[list[Spend] | UtxoError]:
-            parents = self._records(cur, parent_ids, want=((i.prev_txid, i.prev_vout) for tx in txs for i in tx.inputs))
+            parents = self._records(
+                cur, parent_ids, want=((i.prev_txid, i.prev_vout) for tx in txs for i in tx.inputs)
+            )
             blessed: set[bytes] = set()
             if not missing_ok and len(parents) < len(parent_ids):
                 # Spenders of a parent that is gone: those whose own record exists spent it long
                 # ago (Teranode's "already blessed"); their inputs there are left out.
                 gone = {t.txid for t in txs if any(i.prev_txid not in parents for i in t.inputs)}
                 blessed = {
-                    bytes(r[0]) for r in self.db.select_in(cur, "SELECT txid, conflicting FROM txs WHERE txid",
-                                                           sorted(gone))
+                    bytes(r[0])
+                    for r in self.db.select_in(
+                        cur, "SELECT txid, conflicting FROM txs WHERE txid", sorted(gone)
+                    )
                     if not r[1]
                 }
-            results = rules.spend_txs(txs, parents, block_height, self.batch_size, ignore=ignore,
-                                      missing_ok=missing_ok, blessed=blessed)
+            results = rules.spend_txs(
+                txs,
+                parents,
+                block_height,
+                self.batch_size,
+                ignore=ignore,
+                missing_ok=missing_ok,
+                blessed=blessed,
+            )
             self._apply_dah(parents.values(), height)
             self._write(cur, parents.values())
             return results
@@ -86,8 +97,10 @@ class SpendMixin(ReadMixin):
 
         def unit(cur: Any) -> list[UtxoError | None]:
             parents = self._records(cur, {s.txid for s in spends}, want=((s.txid, s.vout) for s in spends))
-            out = [rules.unspend(parents.get(s.txid), (s.txid, s.vout), s.utxo_hash, self.batch_size)
-                   for s in spends]
+            out = [
+                rules.unspend(parents.get(s.txid), (s.txid, s.vout), s.utxo_hash, self.batch_size)
+                for s in spends
+            ]
             self._apply_dah(parents.values(), height)
             if lock_parents:
                 for p in parents.values():
@@ -120,7 +133,9 @@ class SpendMixin(ReadMixin):
         return self._per_output("freeze", items, lambda p, op, h: outputs.freeze(p, op, h, self.batch_size))
 
     def unfreeze(self, items: Sequence[tuple[Outpoint, bytes]]) -> list[UtxoError | None]:
-        return self._per_output("unfreeze", items, lambda p, op, h: outputs.unfreeze(p, op, h, self.batch_size))
+        return self._per_output(
+            "unfreeze", items, lambda p, op, h: outputs.unfreeze(p, op, h, self.batch_size)
+        )
 
     def reassign(self, outpoint: Outpoint, utxo_hash: bytes, new_utxo_hash: bytes) -> None:
         validate.hash32("new_utxo_hash", new_utxo_hash)

@@ -107,9 +107,15 @@ class StateMixin(PagedMixin):
         found, todo = self.db.read("set_mined", q)
         unknown = [t for t in txids if t not in found]
         if unknown and self.external.configured:
-            todo += [bytes(r[0]) for r in self.db.read(
-                "set_mined", lambda cur: self.db.select_in(cur, "SELECT txid FROM tx_locks WHERE txid", sorted(unknown))
-            )]
+            todo += [
+                bytes(r[0])
+                for r in self.db.read(
+                    "set_mined",
+                    lambda cur: self.db.select_in(
+                        cur, "SELECT txid FROM tx_locks WHERE txid", sorted(unknown)
+                    ),
+                )
+            ]
         for t in todo:
             try:
                 self.complete_creation(t, block_height)
@@ -122,8 +128,12 @@ class StateMixin(PagedMixin):
 
     def set_locked(self, txids: Sequence[bytes], value: bool) -> None:
         height = self.height_for()
-        self._change("set_locked", txids, lambda rec: state.set_locked(rec, value, height, self.retention),
-                     missing_ok=False)
+        self._change(
+            "set_locked",
+            txids,
+            lambda rec: state.set_locked(rec, value, height, self.retention),
+            missing_ok=False,
+        )
 
     def set_conflicting(self, txids: Sequence[bytes], value: bool) -> None:
         """Set or clear `conflicting`; a conflicting tx is listed on each parent it has."""
@@ -180,7 +190,8 @@ class StateMixin(PagedMixin):
         validate.height("cutoff", cutoff)
         return self._txids_where(
             "query_old_unmined",
-            "unmined_since IS NOT NULL AND unmined_since <= ? ORDER BY unmined_since, txid", (cutoff,),
+            "unmined_since IS NOT NULL AND unmined_since <= ? ORDER BY unmined_since, txid",
+            (cutoff,),
         )
 
     def query_dah(self, height: int, limit: int = 1000) -> list[bytes]:
@@ -214,12 +225,13 @@ class StateMixin(PagedMixin):
         validate.height("height", height)
         validate.txids(txids)
 
+        def due(rec: Record) -> bool:
+            dah = rec.delete_at_height
+            return dah is not None and dah <= height
+
         def unit(cur: Any) -> list[Record]:
             recs = self._records(cur, self._with_parents(cur, txids))
-            gone = [
-                recs[t] for t in sorted(set(txids))
-                if t in recs and recs[t].delete_at_height is not None and recs[t].delete_at_height <= height
-            ]
+            gone = [recs[t] for t in sorted(set(txids)) if t in recs and due(recs[t])]
             going = {rec.txid for rec in gone}
             for rec in gone:
                 for p, _v in rec.inpoint_list():

@@ -72,7 +72,9 @@ class SqlUtxoStore(SnapshotMixin):
         self.may_create = create
         self.block_height = 0
         self.recent = RecentOutputs()
-        self.db = Database(url, what="UTXO store", create=create, pragmas=self.pragmas, invalid=ProcessingError)
+        self.db = Database(
+            url, what="UTXO store", create=create, pragmas=self.pragmas, invalid=ProcessingError
+        )
         try:
             self.db.write("create schema", self._schema)
             self.block_height = self.db.read("read block height", self._stored_height)
