@@ -387,7 +387,9 @@ class BlockApplier:
     def release(self, txs: Sequence[Tx], lock: bool = False) -> None:
         """Take back the spends these transactions made, and only theirs: an output is freed
         while its stored spender is the transaction (the store's unspend goes by UTXO hash,
-        whoever spent). `lock` locks the parents it frees outputs of."""
+        whoever spent) and not one its parent lists as pruned (a replay of a pruned tx has the
+        pruned one's txid: the spend there is the old one's). `lock` locks the parents it
+        frees outputs of."""
         by: dict[tuple[bytes, int], set[tuple[bytes, int]]] = {}  # outpoint → who may have spent it
         for t in txs:
             if not t.is_coinbase:
@@ -401,6 +403,12 @@ class BlockApplier:
                 if o.spending_txid is not None and o.spending_vin is not None
                 and (o.spending_txid, o.spending_vin) in by[op]
             ]
+            if mine:  # a spender that was pruned (a replay of it) spent there for good
+                parents = sorted({s.txid for s in mine})
+                pruned = {
+                    (p, c) for p in parents for c in self.utxo.get(p, ["deleted_children"]).deleted_children
+                }
+                mine = [s for s in mine if (s.txid, s.spending_txid) not in pruned]
             for s, err in zip(mine, self.utxo.unspend(mine, lock_parents=lock) if mine else []):
                 if err is not None:
                     raise StorageError(f"taking back the spend of {hash_to_hex(s.txid)}:{s.vout}: {err}")

@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     max_tx_size_in_store: PositiveInt = 1048576
     externalize_all: bool = False
     external_cache_mb: NonNegativeInt = 64  # bounded cache of external transactions read back
-    block_height_retention: PositiveInt = 288
+    block_height_retention: NonNegativeInt = 288  # 0: records are never pruned
     allow_missing_inputs: bool = False
 
     # -- applying blocks -------------------------------------------------------------------------

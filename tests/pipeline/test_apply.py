@@ -113,6 +113,7 @@ def test_a_block_that_double_spends_a_mempool_transaction(w: World) -> None:
     for t in (m, child, grandchild):
         meta = w.seq.utxo.get(t.txid, ["conflicting", "block_ids"])
         assert meta.conflicting and not meta.block_ids
+    assert not any(w.seq.utxo.get(f.txid).locked for f in w.funds)  # the swap's locks are gone
     assert not w.seq.utxo.get(other.txid, ["conflicting"]).conflicting
     assert w.seq.utxo.get_output((w.funds[1].txid, 0)).spending_txid == a.txid  # type: ignore[union-attr]
     w.unspent([(w.funds[2].txid, 0)])  # m's spends were released...
@@ -121,6 +122,33 @@ def test_a_block_that_double_spends_a_mempool_transaction(w: World) -> None:
     meta = w.seq.utxo.get(other.txid, ["block_heights", "unmined_since", "conflicting"])
     assert list(meta.block_heights) == [w.chain.height - 1] and meta.unmined_since is None
     assert w.seq.utxo.get_output((w.funds[3].txid, 0)).spending_txid == other.txid  # type: ignore[union-attr]
+
+
+def test_a_conflict_swap_locks_the_parents_until_the_phase_is_over(w: World) -> None:
+    """While a block's spend takes outputs from a mempool tx (made conflicting, its spends
+    released), the parents of those outputs are locked: a mempool tx cannot take them
+    meanwhile, the block's own spend goes through the lock, and the phase's end unlocks them
+    (Teranode's ProcessConflicting: unspend with flagAsLocked, spend ignoring locked, unlock)."""
+    from stores.utxo import SpendRejected, TxLocked
+    from workers.blockapply import BLOCK_SPEND
+
+    m = spend((w.funds[1], 0), (w.funds[2], 0))
+    w.mempool(m)
+    applier, utxo = w.seq.applier, w.seq.utxo
+    undo: dict[str, object] = {"created": []}
+    applier._undo, applier._save = undo, None
+    applier.make_conflicting([m.txid])
+    assert undo["conflicted"] == [m.txid.hex()]
+    assert sorted(undo["locked"]) == sorted(t.txid.hex() for t in (w.funds[1], w.funds[2]))  # type: ignore[arg-type]
+    assert utxo.get(w.funds[1].txid).locked and utxo.get(w.funds[2].txid).locked
+    thief = spend((w.funds[2], 0), fee=3)
+    (r,) = utxo.spend_many([thief], w.chain.height)  # as a mempool tx would, meanwhile
+    assert isinstance(r, SpendRejected) and isinstance(r.first, TxLocked)
+    winner = spend((w.funds[1], 0), fee=5)
+    utxo.create(winner, w.chain.height)
+    assert utxo.spend(winner, w.chain.height, ignore=BLOCK_SPEND)[0].spending_txid == winner.txid
+    applier.unlock_swapped()
+    assert not utxo.get(w.funds[1].txid).locked and not utxo.get(w.funds[2].txid).locked
 
 
 def test_advance_returns_at_once_while_another_worker_holds_the_chain(w: World) -> None:

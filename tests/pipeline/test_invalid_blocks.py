@@ -377,3 +377,18 @@ def test_a_valid_first_block_after_an_invalid_one(seq: Sequencer) -> None:
     tip = seq.advance()
     assert tip is not None and tip.hash == c.parent and tip.height == 1
     assert confirmed(seq.utxo) == {(c.txs[0][0].txid, 0)}
+
+
+def test_a_block_replaying_a_pruned_tx_is_refused(w: World) -> None:
+    """A tx mined long ago and pruned since (its parent lists it among its deleted children)
+    cannot be mined again: the block replaying it is refused (INVALID_SPEND), and taking the
+    block back leaves the old spend where it is."""
+    t = spend((w.funds[1], 0))
+    w.add([t])
+    w.add([spend((t, 0))])  # t is mined and fully spent: due for pruning
+    dah = w.seq.utxo.get(t.txid).delete_at_height
+    assert dah is not None and w.seq.utxo.delete_expired([t.txid], dah) == 1
+    assert w.seq.utxo.get(w.funds[1].txid).deleted_children == [t.txid]
+    w.refused(w.chain.next_block([t]), r"INVALID_SPEND|was pruned")
+    out = w.seq.utxo.get_output((w.funds[1].txid, 0))
+    assert out is not None and out.spending_txid == t.txid  # still spent by the pruned t
