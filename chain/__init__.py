@@ -25,7 +25,7 @@ from chain.tx import (
     TxOut,
     parse_tx,
 )
-from chain.utxo import is_data_carrier, utxo_hash, utxo_hashes
+from chain.utxo import is_data_carrier, spent_hashes, utxo_hash, utxo_hashes
 
 __all__ = [
     "COINBASE_PREV_TXID",
@@ -49,6 +49,7 @@ __all__ = [
     "parse_header",
     "parse_tx",
     "sha256d",
+    "spent_hashes",
     "utxo_hash",
     "utxo_hashes",
 ]

@@ -5,10 +5,10 @@
 - The UTXO hash of an output is one SHA-256 over the txid (32 bytes, internal order), the output
   index as a Bitcoin VarInt, the locking script (no length prefix) and the satoshis as a VarInt.
 
-`utxo_hash` is the one statement of the hash. `utxo_hashes` is its fast form for every output of
-a transaction (the create path of every block runs it): the same bytes hashed, with the
-one-byte VarInts looked up instead of built, and the data-carrier test inlined. A test holds the
-two to the same results.
+`utxo_hash` is the one statement of the hash. Its fast forms, for the loops every block runs,
+hash the same bytes in one call per transaction: `utxo_hashes` for its outputs (the data-carrier
+test inlined), `spent_hashes` for the outputs its inputs spend (when an extended transaction
+carries them). A test holds them to `utxo_hash`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from hashlib import sha256
 
-from chain.tx import TxOut, varint
+from chain.tx import TxIn, TxOut, varint
 
 # One-byte VarInts, prebuilt: almost every vout and many satoshi amounts are below 0xFD.
 _ONE = [bytes((i,)) for i in range(0xFD)]
@@ -60,4 +60,28 @@ def utxo_hashes(txid: bytes, outputs: Sequence[TxOut], start: int = 0) -> list[b
         else:
             sb = b"\xfd" + sats.to_bytes(2, "little")
         append(sha256(txid + (one[vout] if vout < 0xFD else varint(vout)) + script + sb).digest())
+    return out
+
+
+def spent_hashes(inputs: Sequence[TxIn]) -> list[bytes | None]:
+    """`utxo_hash` of the previous output each input spends, None where the input does not
+    carry it (a standard-format transaction)."""
+    out: list[bytes | None] = []
+    append = out.append
+    one = _ONE
+    for i in inputs:
+        sats, script = i.prev_satoshis, i.prev_script
+        if sats is None or script is None:
+            append(None)
+            continue
+        if sats < 0xFD:
+            sb = one[sats]
+        elif sats > 0xFFFFFFFF:
+            sb = b"\xff" + sats.to_bytes(8, "little")
+        elif sats > 0xFFFF:
+            sb = b"\xfe" + sats.to_bytes(4, "little")
+        else:
+            sb = b"\xfd" + sats.to_bytes(2, "little")
+        vout = i.prev_vout
+        append(sha256(i.prev_txid + (one[vout] if vout < 0xFD else varint(vout)) + script + sb).digest())
     return out

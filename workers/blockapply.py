@@ -249,7 +249,7 @@ class BlockApplier:
                     twophase.write_pages(self.utxo, block.txs[spec["tx"]], spec["pages"], spec["frozen"])
                     return {}
                 txs = [block.txs[i] for i in spec["txs"]]
-                for tx, made in zip(txs, self.utxo.create_many(txs, height)):
+                for tx, made in zip(txs, self.utxo.create_many(txs, height, meta=False)):
                     if isinstance(made, TxExists):
                         continue  # a redelivered unit, or a tx that arrived meanwhile: fine
                     if isinstance(made, StorageError):

@@ -56,7 +56,9 @@ class UtxoStore(PagedRecords, Protocol):
         locked: bool = False,
         conflicting: bool = False,
         frozen: bool = False,
-    ) -> list[TxMeta | StoreError]: ...
+        meta: bool = True,
+    ) -> Sequence[TxMeta | StoreError | None]:
+        """Per tx, its record as created (None with `meta` off) or its error."""
 
     def create(
         self,

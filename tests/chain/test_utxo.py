@@ -84,3 +84,15 @@ def test_the_fast_form_agrees_with_utxo_hash_at_every_varint_width() -> None:
         ]
         assert got == want
         assert sum(h is None for h in got) == 2  # the zero-satoshi 6a and 006a outputs
+
+
+def test_the_inputs_fast_form_agrees_with_utxo_hash() -> None:
+    """`spent_hashes` gives `utxo_hash` of each input's previous output, None without one."""
+    from chain import TxIn, spent_hashes
+
+    txid = hex_to_hash(VECTOR_TXID)
+    script = bytes.fromhex(VECTOR_SCRIPT)
+    ins = [TxIn(txid, v, b"", 0, sats, script) for v in (0, 0xFC, 0xFD, 70000) for sats in (0, 0xFD, 2**33)]
+    ins.append(TxIn(txid, 3, b"", 0))
+    want = [utxo_hash(txid, i.prev_vout, script, i.prev_satoshis) for i in ins[:-1]] + [None]  # type: ignore[arg-type]
+    assert spent_hashes(ins) == want

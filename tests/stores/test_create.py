@@ -223,3 +223,13 @@ def test_an_empty_snapshot_is_refused(store: UtxoStore) -> None:
     with pytest.raises(ProcessingError, match="no entries"):
         store.import_utxos([], height=10, block_hash=b"\x01" * 32)
     assert store.is_empty() and store.block_height == 0
+
+
+def test_create_many_without_metadata_reports_errors_only(store: UtxoStore) -> None:
+    """`meta=False` (block application's call): None per created tx, the error otherwise, and
+    the records are the same as with metadata."""
+    a, b = funding(2), funding(1)
+    created(store, a)
+    got = store.create_many([a, b, b], 100, meta=False)
+    assert [type(r) for r in got] == [TxExists, type(None), TxExists]
+    assert store.get(b.txid).total_utxos == 1 and store.get(b.txid).unmined_since == 100

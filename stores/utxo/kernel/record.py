@@ -36,7 +36,7 @@ NO_SPENDABLE = "{}"
 MINED_SQL = "unmined_since IS NULL AND blocks <> '[]'"
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Record:
     txid: bytes
     utxos: bytearray
@@ -72,6 +72,11 @@ class Record:
 
     def touch(self, *names: str) -> None:
         self.dirty.update(names)
+
+    def __repr__(self) -> str:  # a partial record leaves fields unset: show what it has
+        names = [n for n in self.__slots__ if n != "utxos" and hasattr(self, n)]
+        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in names)
+        return f"Record({shown}, utxos=<{len(getattr(self, 'utxos', b''))} bytes>)"
 
     # -- slots ----------------------------------------------------------------------------------
     def locate(self, vout: int, batch_size: int) -> tuple[Record, int] | None:
@@ -180,37 +185,17 @@ def encode_inpoints(inpoints: list[tuple[bytes, int]] | tuple[tuple[bytes, int],
 
 def meta_of(rec: Record, tx: Tx | None = None) -> TxMeta:
     """The record as the store hands it out (`utxo tx`), with the transaction if given. Built
-    positionally (TxMeta's field order): a block's create call makes one per transaction."""
+    positionally (TxMeta's field order), its lists decoded inline: a block's create call makes
+    one per transaction."""
     assert not rec.partial, "a record loaded for the rules is not handed out"
     ids, heights, subtrees = _block_columns(rec.blocks)
-    return tuple.__new__(
-        TxMeta,
-        (
-            rec.txid,
-            rec.fee,
-            rec.size_in_bytes,
-            rec.is_coinbase,
-            rec.version,
-            rec.locktime,
-            rec.inpoint_list(),
-            rec.locked,
-            rec.creating,
-            rec.conflicting,
-            rec.children("conflicting_children"),
-            rec.unmined_since,
-            rec.created_at,
-            rec.preserve_until,
-            rec.delete_at_height,
-            rec.spending_height,
-            list(ids),
-            list(heights),
-            list(subtrees),
-            rec.external,
-            rec.total_extra_recs,
-            rec.total_utxos,
-            rec.spent_utxos,
-            rec.reassignment_list(),
-            rec.children("deleted_children"),
-            tx,
-        ),
-    )
+    cc, dc, log = rec.conflicting_children, rec.deleted_children, rec.reassignments
+    return tuple.__new__(TxMeta, (
+        rec.txid, rec.fee, rec.size_in_bytes, rec.is_coinbase, rec.version, rec.locktime,
+        list(_INPOINT.iter_unpack(rec.inpoints)), rec.locked, rec.creating, rec.conflicting,
+        [cc[i : i + 32] for i in range(0, len(cc), 32)] if cc else [], rec.unmined_since, rec.created_at,
+        rec.preserve_until, rec.delete_at_height, rec.spending_height, list(ids), list(heights),
+        list(subtrees), rec.external, rec.total_extra_recs, rec.total_utxos, rec.spent_utxos,
+        [] if log == "[]" else json.loads(log), [dc[i : i + 32] for i in range(0, len(dc), 32)] if dc else [],
+        tx,
+    ))  # fmt: skip

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from chain import Tx, hash_to_hex, utxo_hash
+from chain import Tx, hash_to_hex, spent_hashes, utxo_hash
 from stores.utxo import slots
 from stores.utxo.errors import (
     InvalidSpend,
@@ -239,7 +239,7 @@ def spend_txs(
             continue
         spends: list[Spend] = []
         picked: list[tuple[Record, int, int]] = []
-        for vin, i in enumerate(ins):
+        for vin, (i, h) in enumerate(zip(ins, spent_hashes(ins))):
             p = get(i.prev_txid)
             if p is None:
                 break
@@ -247,9 +247,7 @@ def spend_txs(
             off = vout * SLOT
             if not u.startswith(UNSPENT, off + 32):  # spent, frozen or no slot there
                 break
-            ps, pscript = i.prev_satoshis, i.prev_script
-            if pscript is not None and ps is not None:
-                h = utxo_hash(i.prev_txid, vout, pscript, ps)
+            if h is not None:
                 if not u.startswith(h, off):
                     break
             else:

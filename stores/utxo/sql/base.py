@@ -55,15 +55,21 @@ class SqlBase:
 
     # -- records under lock ---------------------------------------------------------------------
     def _records(
-        self, cur: Any, txids: Iterable[bytes], lock: bool = True, want: Iterable[tuple[bytes, int]] = ()
+        self,
+        cur: Any,
+        txids: Iterable[bytes],
+        lock: bool = True,
+        want: Iterable[tuple[bytes, int]] = (),
+        proj: codec.Projection = codec.RULES,
     ) -> dict[bytes, Record]:
         """The master records of `txids` (locked in a write unit), each with the child pages that
         hold the outpoints in `want` (only multi-record transactions have any): partial records,
         the columns the rules read (`codec.RULE_COLS`)."""
         keys = sorted(set(txids))
         found: dict[bytes, Record] = {}
-        for r in self.db.select_in(cur, f"SELECT {codec.SELECT_RULES} FROM txs WHERE txid", keys, lock):
-            rec = codec.rule_record(r)
+        decode = proj.decode
+        for r in self.db.select_in(cur, f"SELECT {proj.select} FROM txs WHERE txid", keys, lock):
+            rec = decode(r)
             found[rec.txid] = rec
         if any(rec.total_extra_recs for rec in found.values()):
             size = self.batch_size
@@ -81,7 +87,7 @@ class SqlBase:
     ) -> dict[tuple[bytes, int], Record]:
         """The child pages with these (txid, index) keys, in key order."""
         sql = self.db.q(
-            f"SELECT {codec.SELECT_PAGE} FROM tx_pages WHERE txid = ? AND page = ?"
+            f"SELECT {codec.PAGE.select} FROM tx_pages WHERE txid = ? AND page = ?"
             f"{self.db.for_update if lock else ''}"
         )
         out: dict[tuple[bytes, int], Record] = {}
@@ -89,7 +95,7 @@ class SqlBase:
             cur.execute(sql, key)
             r = cur.fetchone()
             if r is not None:
-                out[key] = codec.page(r)
+                out[key] = codec.PAGE.decode(r)
         return out
 
     def _write(self, cur: Any, records: Iterable[Record]) -> None:

@@ -1,9 +1,15 @@
-"""The one codec between a `txs` / `tx_pages` row and a `Record`: every read of a record selects
-`RECORD_COLS` (in this order) and decodes it here, every write encodes here.
+"""The one codec between a `txs` / `tx_pages` row and a `Record`: which columns a read loads (a
+`Projection`, declared by name), how a row becomes a record, and how a record's changes are
+written back.
 
 Invariants:
-- A record's columns are `RECORD_COLS`; a row of `txs` adds `raw_format` and `raw` after them
-  (the transaction bytes, or a snapshot's outputs), which only reads of the transaction need.
+- A column is named as the `Record` field it holds, and a projection's decoder is generated from
+  its names: the mapping between rows and records is stated once and cannot drift.
+- `FULL` is every column of a record; a row of `txs` adds `raw_format` and `raw` after them (the
+  transaction bytes, or a snapshot's outputs), which only reads of the transaction need.
+  `RULES` leaves out the metadata no rule reads, `SPENDS` also what spends do not touch. A
+  field a projection does not load is left unset on the record (reading it raises), and such
+  a record is `partial`: never handed out (`meta_of` refuses it).
 - Booleans are stored as 0/1; list-valued fields as the kernel keeps them (JSON text,
   concatenated hashes), so decoding a row costs no parsing.
 - An update writes exactly the columns the kernel touched (`Record.dirty`), grouped so that
@@ -19,143 +25,66 @@ from typing import Any
 from stores.utxo.kernel.record import Record
 
 RECORD_COLS = (
-    "id",
-    "txid",
-    "version",
-    "locktime",
-    "fee",
-    "size_in_bytes",
-    "is_coinbase",
-    "spending_height",
-    "locked",
-    "creating",
-    "conflicting",
-    "unmined_since",
-    "created_at",
-    "preserve_until",
-    "delete_at_height",
-    "external",
-    "total_extra_recs",
-    "total_utxos",
-    "spent_utxos",
-    "blocks",
-    "conflicting_children",
-    "deleted_children",
-    "reassignments",
-    "spendable_in",
-    "inpoints",
-    "utxos",
-)
-SELECT = ", ".join(RECORD_COLS)
+    "id", "txid", "version", "locktime", "fee", "size_in_bytes", "is_coinbase", "spending_height",
+    "locked", "creating", "conflicting", "unmined_since", "created_at", "preserve_until",
+    "delete_at_height", "external", "total_extra_recs", "total_utxos", "spent_utxos", "blocks",
+    "conflicting_children", "deleted_children", "reassignments", "spendable_in", "inpoints", "utxos",
+)  # fmt: skip
 TX_COLS = (*RECORD_COLS, "raw_format", "raw")
 INSERT_TX = (
     f"INSERT INTO txs ({', '.join(TX_COLS)}) VALUES ({', '.join('?' * len(TX_COLS))}) "
     "ON CONFLICT (txid) DO NOTHING"
 )
-# What the rules read and write: a record loaded to be changed (`SqlBase._records`) leaves out the
-# metadata no rule touches, and is marked `partial` (never handed out: `meta_of` refuses it).
-RULE_COLS = tuple(
-    c for c in RECORD_COLS if c not in ("version", "locktime", "fee", "size_in_bytes", "created_at")
-)
-SELECT_RULES = ", ".join(RULE_COLS)
 PAGE_COLS = ("txid", "page", "creating", "total_utxos", "spent_utxos", "utxos")
-SELECT_PAGE = ", ".join(PAGE_COLS)
 INSERT_PAGE = (
-    f"INSERT INTO tx_pages ({SELECT_PAGE}) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (txid, page) DO NOTHING"
+    f"INSERT INTO tx_pages ({', '.join(PAGE_COLS)}) VALUES (?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (txid, page) DO NOTHING"
 )
 _BOOLS = frozenset({"is_coinbase", "locked", "creating", "conflicting", "external"})
+_METADATA = ("version", "locktime", "fee", "size_in_bytes", "created_at")  # read by no rule
+_NOT_SPENT = ("external", "conflicting_children", "reassignments", "inpoints")  # nor by a spend
 
 RAW_NONE, RAW_TX, RAW_OUTPUTS = 0, 1, 2  # raw_format: none (external), a tx, a snapshot's outputs
 
 
-# Rows become records by unpacking straight into the record's attributes (a block's spends load a
-# record per parent: this is twice as fast as the dataclass's keyword-checked constructor).
-_new = object.__new__
+def _decoder(cols: tuple[str, ...], page: bool) -> Callable[[tuple[Any, ...]], Record]:
+    """A function from a row of `cols` to a record: the row unpacked straight into the record's
+    attributes (twice as fast as the dataclass's constructor: a block's spends load a record
+    per parent), booleans from 0/1, the slots into a mutable buffer."""
+    targets = ", ".join(f"_{c}" if c in _BOOLS or c == "utxos" else f"rec.{c}" for c in cols)
+    lines = [
+        "def decode(r):",
+        "    rec = _new(Record)",
+        f"    ({targets},) = r[:{len(cols)}]",
+        *[f"    rec.{c} = _{c} == 1" for c in cols if c in _BOOLS],
+        "    rec.utxos = bytearray(_utxos)",
+        *([] if page else ["    rec.page = 0"]),
+        "    rec.pages = {}",
+        "    rec.dirty = set()",
+        f"    rec.partial = {set(RECORD_COLS) - set(cols) != set() and not page}",
+        "    return rec",
+    ]
+    scope: dict[str, Any] = {"_new": object.__new__, "Record": Record}
+    exec("\n".join(lines), scope)  # generated from the column names above, nothing else
+    decode: Callable[[tuple[Any, ...]], Record] = scope["decode"]
+    return decode
 
 
-def record(r: tuple[Any, ...]) -> Record:
-    """A `Record` from a row of `RECORD_COLS` (extra columns after them are ignored)."""
-    rec: Record = _new(Record)
-    (
-        rec.id,
-        rec.txid,
-        rec.version,
-        rec.locktime,
-        rec.fee,
-        rec.size_in_bytes,
-        coinbase,
-        rec.spending_height,
-        locked,
-        creating,
-        conflicting,
-        rec.unmined_since,
-        rec.created_at,
-        rec.preserve_until,
-        rec.delete_at_height,
-        external,
-        rec.total_extra_recs,
-        rec.total_utxos,
-        rec.spent_utxos,
-        rec.blocks,
-        rec.conflicting_children,
-        rec.deleted_children,
-        rec.reassignments,
-        rec.spendable_in,
-        rec.inpoints,
-        utxos,
-    ) = r[:26]
-    _finish(rec, utxos, coinbase, locked, creating, conflicting, external)
-    rec.partial = False
-    return rec
+class Projection:
+    """Which columns a read of records loads, and how its rows decode."""
+
+    def __init__(self, cols: tuple[str, ...], page: bool = False) -> None:
+        self.cols = cols
+        self.select = ", ".join(cols)
+        self.decode = _decoder(cols, page)
 
 
-def rule_record(r: tuple[Any, ...]) -> Record:
-    """A partial `Record` from a row of `RULE_COLS`."""
-    rec: Record = _new(Record)
-    (
-        rec.id,
-        rec.txid,
-        coinbase,
-        rec.spending_height,
-        locked,
-        creating,
-        conflicting,
-        rec.unmined_since,
-        rec.preserve_until,
-        rec.delete_at_height,
-        external,
-        rec.total_extra_recs,
-        rec.total_utxos,
-        rec.spent_utxos,
-        rec.blocks,
-        rec.conflicting_children,
-        rec.deleted_children,
-        rec.reassignments,
-        rec.spendable_in,
-        rec.inpoints,
-        utxos,
-    ) = r
-    _finish(rec, utxos, coinbase, locked, creating, conflicting, external)
-    rec.version = rec.locktime = rec.size_in_bytes = rec.created_at = 0
-    rec.fee = None
-    rec.partial = True
-    return rec
-
-
-def _finish(
-    rec: Record, utxos: bytes, coinbase: int, locked: int, creating: int, conflicting: int, external: int
-) -> None:
-    rec.utxos = bytearray(utxos)
-    rec.is_coinbase, rec.locked, rec.creating = coinbase == 1, locked == 1, creating == 1
-    rec.conflicting, rec.external = conflicting == 1, external == 1
-    rec.page = 0
-    rec.pages = {}
-    rec.dirty = set()
-
-
-def page(r: tuple[Any, ...]) -> Record:
-    """A child page from a row of `PAGE_COLS`."""
-    return Record(r[0], bytearray(r[5]), r[3], r[4], r[2] == 1, r[1])
+FULL = Projection(RECORD_COLS)
+RULES = Projection(tuple(c for c in RECORD_COLS if c not in _METADATA))
+SPENDS = Projection(tuple(c for c in RECORD_COLS if c not in _METADATA + _NOT_SPENT))
+PAGE = Projection(PAGE_COLS, page=True)
+# `FULL` decoded (a row of `txs` with the transaction's columns after it: ignored here)
+record = FULL.decode
 
 
 def values(rec: Record, raw_format: int = RAW_NONE, raw: bytes | None = None) -> list[Any]:

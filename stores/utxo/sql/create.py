@@ -29,7 +29,7 @@ from stores.utxo import twophase, validate
 from stores.utxo.errors import ProcessingError, TxExists
 from stores.utxo.gcpause import gc_paused
 from stores.utxo.kernel import create, state
-from stores.utxo.kernel.record import meta_of
+from stores.utxo.kernel.record import Record, meta_of
 from stores.utxo.records import BlockInfo, OutputInfo, TxMeta
 from stores.utxo.sql import codec
 from stores.utxo.sql.spend import SpendMixin
@@ -84,6 +84,7 @@ class CreateMixin(SpendMixin):
         (r,) = self.create_many([tx], block_height, mined_block_infos, locked, conflicting, frozen)
         if isinstance(r, StoreError):
             raise r
+        assert r is not None
         return r
 
     @gc_paused
@@ -95,13 +96,16 @@ class CreateMixin(SpendMixin):
         locked: bool = False,
         conflicting: bool = False,
         frozen: bool = False,
-    ) -> list[TxMeta | StoreError]:
+        meta: bool = True,
+    ) -> Sequence[TxMeta | StoreError | None]:
+        """Create each tx (create-only): per tx, its record as created (`meta` off: None, which
+        spares a block's worth of TxMeta a caller that only wants the errors), or its error."""
         validate.height("block_height", block_height)
         for b in mined_block_infos:
             validate.number("block_id", b.block_id)
             validate.height("block height", b.block_height)
             validate.number("subtree_idx", b.subtree_idx)
-        results: list[TxMeta | StoreError | None] = [None] * len(txs)
+        results: list[TxMeta | Record | StoreError | None] = [None] * len(txs)
         fees = self._fees(txs)
         blocks = [(b.block_id, b.block_height, b.subtree_idx) for b in mined_block_infos]
         make = create.masters(
@@ -136,7 +140,7 @@ class CreateMixin(SpendMixin):
             if insert is None:
                 insert = codec.create_insert(rec, self.db.empty_blob)
             todo.append((i, txid, codec.create_values(rec, tx.raw)))
-            results[i] = meta_of(rec, tx)
+            results[i] = rec
         after = self._list_on_parents(txs) if conflicting else None
         dups = self._insert_new("create", todo, insert, after) if insert is not None else []
         if external:
@@ -154,10 +158,14 @@ class CreateMixin(SpendMixin):
         for i in dups:
             txid = txs[i].txid
             results[i] = TxExists(f"tx {hash_to_hex(txid)} already exists", txid=txid)
+        out: list[TxMeta | StoreError | None] = []
         for tx, r in zip(txs, results):
-            if isinstance(r, TxMeta):
-                self.recent.add(tx)
-        return results  # type: ignore[return-value]
+            if isinstance(r, StoreError):
+                out.append(r)
+                continue
+            self.recent.add(tx)
+            out.append(None if not meta else meta_of(r, tx) if isinstance(r, Record) else r)
+        return out
 
     def _list_on_parents(self, txs: Sequence[Tx]) -> Callable[[Any, set[bytes]], None]:
         """For a conflicting creation: list each inserted tx on its parents (in the insert's unit)."""
@@ -184,7 +192,7 @@ class CreateMixin(SpendMixin):
         txs: Sequence[Tx],
         which: list[int],
         fees: list[int | None],
-        results: list[TxMeta | StoreError | None],
+        results: list[TxMeta | Record | StoreError | None],
         block_height: int,
         blocks: Sequence[BlockInfo],
         *,
@@ -229,7 +237,7 @@ class CreateMixin(SpendMixin):
                 fee=fees[i],
             )
             todo.append((i, tx.txid, codec.values(rec)))
-            results[i] = meta_of(rec, tx)
+            results[i] = rec
         if todo:
             after = self._list_on_parents(txs) if conflicting else None
             for i in self._insert_new("create", todo, codec.INSERT_TX, after):

@@ -27,7 +27,7 @@ from stores.utxo.sql import codec
 from stores.utxo.sql.state import StateMixin
 
 FIELDS = frozenset(TxMeta._fields)
-SELECT_TX = f"SELECT {codec.SELECT}, raw_format, raw FROM txs"
+SELECT_TX = f"SELECT {codec.FULL.select}, raw_format, raw FROM txs"
 # A record whose multi-record creation is unfinished lists nothing until it is complete.
 _CONFIRMED = f"{MINED_SQL} AND conflicting = 0 AND creating = 0"
 _VIEW_CHUNK = 1000
@@ -200,7 +200,7 @@ class ReadMixin(StateMixin):
         validate.hash32("utxo_hash", utxo_hash)
 
         def q(cur: Any) -> tuple[Record | None, int]:
-            recs = self._records(cur, [outpoint[0]], lock=False, want=[outpoint])
+            recs = self._records(cur, [outpoint[0]], lock=False, want=[outpoint], proj=codec.SPENDS)
             return recs.get(outpoint[0]), self._stored_height(cur)
 
         rec, height = self.db.read("get_spend", q)

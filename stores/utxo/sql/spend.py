@@ -21,6 +21,7 @@ from stores.utxo.kernel import spend as rules
 from stores.utxo.kernel.dah import apply_dah
 from stores.utxo.kernel.record import Record
 from stores.utxo.records import Spend
+from stores.utxo.sql import codec
 from stores.utxo.sql.read import ReadMixin
 
 NO_HASH = b"\x00" * 32
@@ -51,7 +52,8 @@ class SpendMixin(ReadMixin):
 
         def unit(cur: Any) -> list[list[Spend] | UtxoError]:
             parents = self._records(
-                cur, parent_ids, want=((i.prev_txid, i.prev_vout) for tx in txs for i in tx.inputs)
+                cur, parent_ids, want=((i.prev_txid, i.prev_vout) for tx in txs for i in tx.inputs),
+                proj=codec.SPENDS,
             )
             blessed: set[bytes] = set()
             if not missing_ok and len(parents) < len(parent_ids):
@@ -96,7 +98,9 @@ class SpendMixin(ReadMixin):
         height = self.height_for()
 
         def unit(cur: Any) -> list[UtxoError | None]:
-            parents = self._records(cur, {s.txid for s in spends}, want=((s.txid, s.vout) for s in spends))
+            parents = self._records(
+                cur, {s.txid for s in spends}, want=((s.txid, s.vout) for s in spends), proj=codec.SPENDS
+            )
             out = [
                 rules.unspend(parents.get(s.txid), (s.txid, s.vout), s.utxo_hash, self.batch_size)
                 for s in spends
