@@ -1,6 +1,5 @@
-"""The UTXO store: records, errors, the Protocol, and backends chosen by URL.
-
-`open_utxo_store(url)` is the entry point; `sqlite.py` and `postgresql.py` are the backends.
+"""The UTXO store: the record kernel (`kernel/`, every rule of the data model), the Protocol,
+errors, records, and backends chosen by URL (`open_utxo_store(url)`; `sqlite.py`, `postgresql.py`).
 """
 
 from stores.utxo.errors import (

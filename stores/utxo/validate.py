@@ -5,6 +5,7 @@ stored — a negative vout slices from the end of a Python bytes object)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypeGuard
 
 from stores.utxo.errors import ProcessingError
 
@@ -13,20 +14,20 @@ MAX_ID = (1 << 63) - 1
 MAX_VOUT = 0xFFFFFFFF
 
 
-def _is_int(v: object) -> bool:
+def _is_int(v: object) -> TypeGuard[int]:
     return type(v) is int  # bool is an int subclass; numpy ints and floats are not ints here
 
 
 def height(name: str, v: object, *, zero_ok: bool = True) -> int:
-    if not _is_int(v) or not (0 if zero_ok else 1) <= v <= MAX_HEIGHT:  # type: ignore[operator]
+    if not _is_int(v) or not (0 if zero_ok else 1) <= v <= MAX_HEIGHT:
         raise ProcessingError(f"{name} must be an integer height in 0…{MAX_HEIGHT}, got {v!r}")
-    return v  # type: ignore[return-value]
+    return v
 
 
 def number(name: str, v: object, maximum: int = MAX_ID) -> int:
-    if not _is_int(v) or not 0 <= v <= maximum:  # type: ignore[operator]
+    if not _is_int(v) or not 0 <= v <= maximum:
         raise ProcessingError(f"{name} must be an integer in 0…{maximum}, got {v!r}")
-    return v  # type: ignore[return-value]
+    return v
 
 
 def hash32(name: str, h: object) -> bytes:

@@ -1,6 +1,5 @@
-"""The SQL implementation shared by the SQLite and PostgreSQL backends.
+"""The SQL store the SQLite and PostgreSQL backends share (`store.py` lists its modules).
 
-Each operation reads the records it changes under a write lock (SQLite: BEGIN IMMEDIATE;
-PostgreSQL: SELECT … FOR UPDATE in txid order), decides with `stores.utxo.rules`, and writes the
-result back in batched statements — so the rules exist once and both databases agree.
+Each operation loads the records it changes under a write lock through one codec, lets the
+record kernel (`stores.utxo.kernel`) decide, and writes back what the kernel touched.
 """

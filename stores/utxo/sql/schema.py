@@ -14,7 +14,7 @@ Design (why it looks like this):
 - Pruning reads partial indexes on `delete_at_height`, `unmined_since` and `preserve_until`,
   which hold only the few rows that have those set.
 - A transaction with more outputs than the batch size keeps outputs B… in `tx_pages`, one row
-  per child record (see `stores.utxo.pages`); a child is removed with its master. Its own
+  per child record (see `stores.utxo.kernel.create`); a child is removed with its master. Its own
   `total_utxos`/`spent_utxos` count its slots, while the master's count the whole transaction.
 - `deleted_children` lists the children pruned since they spent an output here (32-byte txids):
   one of them spending again is a replay, refused (INVALID_SPEND).

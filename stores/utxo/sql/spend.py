@@ -147,10 +147,9 @@ class SpendMixin(ReadMixin):
             raise ProcessingError("new_utxo_hash must not be all zero (that marks an empty slot)")
 
         def act(p: Record | None, op: Outpoint, h: bytes) -> UtxoError | None:
-            # the tip the delay counts from is read in the unit: another worker may have moved it
             return outputs.reassign(p, op, h, new_utxo_hash, self.block_height, self.batch_size)
 
-        self._refresh_height()
+        self._refresh_height()  # the delay counts from the store's tip: another worker may have moved it
         if self.block_height <= 0:
             raise ProcessingError("reassign needs the current block height (set_block_height)")
         (err,) = self._per_output("reassign", [(outpoint, utxo_hash)], act)
