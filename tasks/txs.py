@@ -10,7 +10,7 @@ from celery import Task
 from chain import hex_to_hash, parse_tx
 from stores.blob.protocol import blob_key
 from stores.errors import StorageError, StoreError
-from stores.utxo import SpendRejected, TxExists, TxNotFound, UtxoError
+from stores.utxo import SpendRejected, TxExists, TxLocked, TxNotFound, UtxoError
 from workers.app import app
 from workers.services import services
 
@@ -25,13 +25,14 @@ def tx_arrived(self: Task, txid: str, ident: str) -> dict[str, Any]:
     svc = services()
     try:
         tx = parse_tx(svc.blobs.get(blob_key(hex_to_hash(txid), "tx")))
-        height = svc.utxo.block_height  # unmined since the tip; it spends as the next block would
+        height = svc.utxo.current_height()  # unmined since the tip; it spends as the next block would
         (spent,) = svc.utxo.spend_many([tx], height + 1) if not tx.is_coinbase else ([],)
         if isinstance(spent, UtxoError):
-            missing = isinstance(spent, SpendRejected) and all(
-                isinstance(e, TxNotFound) for _v, e in spent.errors
+            # a parent not here yet, or locked a moment (a block's conflict swap): try again
+            waiting = isinstance(spent, SpendRejected) and all(
+                isinstance(e, (TxNotFound, TxLocked)) for _v, e in spent.errors
             )
-            if missing and self.request.retries < PARENT_RETRIES:
+            if waiting and self.request.retries < PARENT_RETRIES:
                 raise self.retry(countdown=min(0.5 * 2 ** self.request.retries, 30))
             log.warning("tx %s rejected: %s", txid, spent)
             svc.registry.done(ident)

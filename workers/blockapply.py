@@ -15,9 +15,10 @@ Invariants:
   mempool transaction, or one a reorg left unmined) wins: that spender becomes conflicting with
   every descendant, and its spends are released while their parents are locked (noted in the
   undo record first), so that no mempool transaction takes the outputs meanwhile; the block's
-  spends ignore that lock, and the parents are unlocked once the phase is over, whatever
-  happened. Spent by a transaction mined on this chain (or by another transaction of the same
-  block) the block is refused.
+  spends ignore that lock. The parents are unlocked once the phase has succeeded, or by the
+  take-back after it has given the conflicting transactions their spends back. Spent by a
+  transaction mined on this chain (or by another transaction of the same block) the block is
+  refused.
 - A spend takes back only what a transaction itself spent: an output is freed only while its
   stored spender is that transaction (the store's unspend goes by UTXO hash, whoever spent).
 - An input whose parent record is gone fails a transaction this block creates ("spends a
@@ -191,7 +192,7 @@ class BlockApplier:
                     continue  # it exists, or is half made: the spend phase finishes it if need be
                 except StorageError:
                     raise
-                except UtxoError as e:
+                except StoreError as e:
                     raise BlockRefused(f"tx {tx.txid_hex}: {e}") from e
                 begun.append(c)
                 per_unit = max(1, -(-len(c.missing) // MAX_UNITS))  # a page a unit, MAX_UNITS at most
@@ -214,21 +215,20 @@ class BlockApplier:
     def spend_phase(self, block: Block, created: set[bytes], ctx: dict[str, int]) -> int:
         """Spend every input; returns how many were skipped as missing (allow-missing mode).
         Spends that meet a mempool spender are left by the units and resolved here, one
-        process making the conflicts (their undo notes must not race); the parents locked by
-        the swaps are unlocked at the end, whatever happened."""
+        process making the conflicts (their undo notes must not race). The parents the swaps
+        locked are unlocked once the phase has succeeded; a phase that fails leaves them to the
+        take-back, which gives the conflicting transactions their spends back first."""
         specs = self._ranges(0, len(block.txs))
         for spec in specs:  # which txs of the unit the block creates: their inputs must exist
             spec["new"] = [i for i in range(spec["start"], spec["end"]) if block.txs[i].txid in created]
-        try:
-            results = self._run(block, "spend", ctx, specs)
-            skipped = sum(r.get("skipped", 0) for r in results)
-            deferred = sorted(i for r in results for i in r.get("defer", []))
-            if deferred:
-                txs = [block.txs[i] for i in deferred]
-                new = {t.txid for t in txs} & created
-                skipped += self._spend(block, txs, ctx["height"], new, resolve=True)[0]
-        finally:
-            self.unlock_swapped()
+        results = self._run(block, "spend", ctx, specs)
+        skipped = sum(r.get("skipped", 0) for r in results)
+        deferred = sorted(i for r in results for i in r.get("defer", []))
+        if deferred:
+            txs = [block.txs[i] for i in deferred]
+            new = {t.txid for t in txs} & created
+            skipped += self._spend(block, txs, ctx["height"], new, resolve=True)[0]
+        self.unlock_swapped()
         return skipped
 
     def mine_phase(self, block: Block, ctx: dict[str, int]) -> None:
@@ -254,7 +254,7 @@ class BlockApplier:
                         continue  # a redelivered unit, or a tx that arrived meanwhile: fine
                     if isinstance(made, StorageError):
                         raise made
-                    if isinstance(made, UtxoError):
+                    if isinstance(made, StoreError):
                         raise BlockRefused(f"tx {tx.txid_hex}: {made}")
                 return {}
             part = block.txs[spec["start"] : spec["end"]]
@@ -336,25 +336,20 @@ class BlockApplier:
                 raise BlockRefused(f"{where}: spends a missing output ({e})")
             elif isinstance(e, (TxConflicting, UtxoFrozen, UtxoMismatch)):
                 raise BlockRefused(f"{where}: {e}")
-            elif isinstance(e, StorageError):
-                raise e
             else:
                 raise BlockRefused(f"{where}: {e}")
         return verdict
 
     def _mined(self, txid: bytes) -> bool:
-        try:
-            m = self.utxo.get(txid, ["unmined_since", "block_ids"])
-        except TxNotFound:
-            return True  # pruned: only records mined on the chain are ever pruned
-        return m.unmined_since is None and bool(m.block_ids)
+        """Mined on this chain, or pruned (only records mined on the chain ever are)."""
+        return bool(self.utxo.mined([txid])) or not self.utxo.existing([txid])
 
     def make_conflicting(self, txids: Sequence[bytes]) -> None:
         """Mark these transactions and every descendant conflicting and release their spends,
-        locking the parents (noted in the undo record first, and unlocked when the phase ends:
-        `unlock_swapped`), so that the outputs they spent go to the chain's transaction and to
-        no one else meanwhile. Each is noted in the undo record first: a block refused later
-        gives them back what they had."""
+        locking the parents (those not locked already are noted in the undo record first, and
+        unlocked by `unlock_swapped`), so that the outputs they spent go to the chain's
+        transaction and to no one else meanwhile. Each is noted in the undo record first: a
+        block refused later gives them back what they had."""
         todo = list(txids)
         seen: set[bytes] = set()
         while todo:
@@ -369,8 +364,8 @@ class BlockApplier:
             if meta.conflicting:
                 continue
             tx = meta.tx
-            coinbase = tx is None or tx.is_coinbase
-            parents = [] if tx is None or coinbase else sorted({i.prev_txid for i in tx.inputs})
+            parents = [] if tx is None or tx.is_coinbase else sorted({i.prev_txid for i in tx.inputs})
+            parents = self._unlocked(parents)
             if self._undo is not None:
                 self._undo.setdefault("conflicted", []).append(t.hex())
                 locked = self._undo.setdefault("locked", [])
@@ -413,44 +408,69 @@ class BlockApplier:
                 if err is not None:
                     raise StorageError(f"taking back the spend of {hash_to_hex(s.txid)}:{s.vout}: {err}")
 
+    def _unlocked(self, txids: list[bytes]) -> list[bytes]:
+        """Those of `txids` the store holds and that are not locked (a swap unlocks only what
+        it locked)."""
+        out = []
+        for t in txids:
+            try:
+                if not self.utxo.get(t, ["locked"]).locked:
+                    out.append(t)
+            except TxNotFound:
+                continue  # a parent pruned since: nothing to lock
+        return out
+
     def unlock_swapped(self) -> None:
-        """Unlock the parents that conflict swaps of this block locked (noted in its undo)."""
-        locked = (self._undo or {}).get("locked", [])
-        if locked:
-            self.utxo.set_locked(sorted(bytes.fromhex(h) for h in locked), False)
+        """Unlock the parents that conflict swaps of this block locked (noted in its undo);
+        one pruned since is nothing to unlock."""
+        locked = [bytes.fromhex(h) for h in (self._undo or {}).get("locked", [])]
+        present = self.utxo.existing(locked) if locked else set()
+        if present:
+            self.utxo.set_locked(sorted(present), False)
 
     # -- take back -----------------------------------------------------------------------------
     def rollback(self, block: Block, undo: dict[str, Any]) -> None:
         """Take back a block that was refused part-way (or whose worker died): clear the spends
-        of the transactions it created, delete those records, unset its mining if it got that
-        far, unlock what its conflict swaps locked, and give the transactions it made
-        conflicting back their spends. Idempotent."""
+        of the transactions it created, delete those records, unset its mining where it got that
+        far, give the transactions it made conflicting back their spends, then unlock what its
+        conflict swaps locked (so that no one took the outputs meanwhile). Idempotent."""
         created = {bytes.fromhex(h) for h in undo["created"]}
         new = [t for t in block.txs if t.txid in created]
         self.release(new)
         self.utxo.delete_txs([t.txid for t in new])
         block_id = undo.get("block_id")
-        if block_id is not None:
+        if block_id is not None:  # the records that existed before it and that it mined
             old = [t.txid for t in block.txs if t.txid not in created]
-            if old:
-                self.utxo.set_mined_multi(old, block_id, undo["height"], unset=True)
+            mined = [t for t in old if block_id in self._block_ids(t)]
+            if mined:
+                self.utxo.mark_on_longest_chain(mined, False)
+                self.utxo.set_mined_multi(mined, block_id, undo["height"], unset=True, on_longest_chain=False)
         self._undo = undo
-        self.unlock_swapped()
         self.restore([bytes.fromhex(h) for h in undo.get("conflicted", [])], undo.get("height", 0))
+        self.unlock_swapped()
+
+    def _block_ids(self, txid: bytes) -> list[int]:
+        try:
+            return list(self.utxo.get(txid, ["block_ids"]).block_ids)
+        except TxNotFound:
+            return []
 
     def restore(self, txids: Sequence[bytes], height: int) -> None:
         """Give mempool transactions that a refused block made conflicting back their state:
-        not conflicting, their inputs spent again (parents first)."""
+        their inputs spent again (parents first; through the swap's locks, which are still on),
+        then not conflicting. One whose inputs someone else spent meanwhile stays conflicting."""
         for t in txids:
             try:
                 meta = self.utxo.get(t)
             except TxNotFound:
                 continue
-            self.utxo.set_conflicting([t], False)
             if meta.tx is not None and not meta.tx.is_coinbase:
-                (r,) = self.utxo.spend_many([meta.tx], height)
+                (r,) = self.utxo.spend_many([meta.tx], height, ignore=BLOCK_SPEND)
                 if isinstance(r, UtxoError):
-                    log.warning("tx %s could not spend its inputs again: %s", hash_to_hex(t), r)
+                    log.warning("tx %s could not spend its inputs again, it stays conflicting: %s",
+                                hash_to_hex(t), r)
+                    continue
+            self.utxo.set_conflicting([t], False)
 
     def disconnect(self, block: Block, height: int, block_id: int) -> None:
         """A reorg takes this applied block off the best chain: its transactions are marked off

@@ -297,3 +297,18 @@ def test_a_half_applied_block_that_a_heavier_branch_replaced(w: World, stage: st
     assert tip is not None and tip.hash == side.parent
     assert [status(w.seq, r)[0] for r in side.blocks[-2:]] == [BlockStatus.APPLIED] * 2
     w.check(side)
+
+
+def test_a_conflict_swap_whose_mempool_tx_lost_a_parent(w: World) -> None:
+    """The mempool tx a block conflicts with spent an output of a tx that is gone since (here a
+    tx of a block that was then refused and taken back): the swap locks and unlocks only the
+    parents there are, and the block is applied."""
+    gone = spend((w.funds[1], 0))
+    w.mempool(gone)
+    m = spend((gone, 0), (w.funds[2], 0))
+    w.mempool(m)
+    w.seq.applier.release([gone])  # what taking back its block does
+    assert w.seq.utxo.delete_txs([gone.txid]) == 1
+    w.add([spend((w.funds[2], 0), fee=5)])
+    assert w.seq.utxo.get(m.txid).conflicting
+    assert not w.seq.utxo.get(w.funds[2].txid).locked

@@ -345,6 +345,21 @@ def test_a_refused_block_leaves_the_mempool_transaction_it_conflicted_with(w: Wo
     assert not w.seq.utxo.get(m.txid, ["conflicting"]).conflicting
     outs = w.seq.utxo.get_outputs([(w.funds[1].txid, 0), (w.funds[2].txid, 0)])
     assert {o.spending_txid for o in outs.values()} == {m.txid}
+    assert not any(w.seq.utxo.get(f.txid).locked for f in w.funds)  # the swap's locks are gone
+
+
+def test_a_refused_block_that_includes_a_mempool_tx_leaves_its_age(w: World) -> None:
+    """A mempool tx in a block refused before its mining keeps `unmined_since` (its age, which
+    the pruner's preservation of old unmined txs goes by) and its other state."""
+    m = spend((w.funds[1], 0))
+    w.mempool(m)
+    since = w.seq.utxo.get(m.txid).unmined_since
+    assert since is not None
+    w.add([spend((w.funds[3], 0))])  # the chain moves on
+    bad = w.chain.next_block([m, build_tx([missing()], [(1, script())])])
+    assert w.seq.submit(bad).status is BlockStatus.INVALID
+    meta = w.seq.utxo.get(m.txid)
+    assert meta.unmined_since == since and meta.block_ids == [] and not meta.conflicting
 
 
 @pytest.fixture

@@ -19,11 +19,19 @@ from typing import Any
 
 from chain import Tx, utxo_hashes
 from stores.utxo import slots
+from stores.utxo.errors import ProcessingError, UtxoError
 from stores.utxo.kernel.dah import apply_dah
 from stores.utxo.kernel.record import NO_SPENDABLE, Block, Record, encode_blocks
 
 COINBASE_MATURITY = 100
 _u32 = struct.Struct("<I").pack
+
+
+def refusal(tx: Tx) -> UtxoError | None:
+    """Why `tx` cannot have a record, if it cannot: a transaction without outputs."""
+    if not tx.outputs:
+        return ProcessingError(f"tx {tx.txid_hex} has no outputs", txid=tx.txid)
+    return None
 
 
 def spending_height(is_coinbase: bool, height: int) -> int:
@@ -85,36 +93,13 @@ def masters(
         outs, ins = tx.outputs, tx.inputs
         extra = page_count(len(outs), batch_size) - 1 if len(outs) > batch_size else 0
         packed, n = tx_slots(tx, 0, batch_size if extra else None, frozen)
-        coinbase = len(ins) == 1 and ins[0].prev_vout == 0xFFFFFFFF and ins[0].prev_txid == slots.NO_HASH
+        coinbase = tx.is_coinbase
         rec = Record(  # positionally, in the field order: a block's create makes one per tx
-            tx.txid,
-            bytearray(packed),
-            n,
-            0,
-            False,
-            0,
-            0,
-            tx.version,
-            tx.locktime,
-            fee,
-            len(tx.raw),
-            coinbase,
-            maturity if coinbase else 0,
-            locked,
-            conflicting,
-            unmined,
-            created_at,
-            None,
-            None,
-            external or extra > 0,
-            extra,
-            blocks_json,
-            b"",
-            b"",
-            "[]",
-            NO_SPENDABLE,
+            tx.txid, bytearray(packed), n, 0, False, 0, 0, tx.version, tx.locktime, fee, len(tx.raw),
+            coinbase, maturity if coinbase else 0, locked, conflicting, unmined, created_at, None, None,
+            external or extra > 0, extra, blocks_json, b"", b"", "[]", NO_SPENDABLE,
             b"" if coinbase else b"".join([i.prev_txid + _u32(i.prev_vout) for i in ins]),
-        )
+        )  # fmt: skip
         if extra:
             rec.total_utxos = count_utxos(tx)  # the master counts the whole transaction
         apply_dah(rec, dah_height, retention)

@@ -21,6 +21,7 @@ from chain import hash_to_hex
 from stores.utxo import slots
 from stores.utxo.errors import (
     Outpoint,
+    ProcessingError,
     TxCreating,
     TxNotFound,
     UtxoAlreadyFrozen,
@@ -99,6 +100,8 @@ def unfreeze(parent: Record | None, op: Outpoint, want: bytes, batch_size: int) 
 def reassign(
     parent: Record | None, op: Outpoint, want: bytes, new_hash: bytes, tip: int, batch_size: int
 ) -> UtxoError | None:
+    if new_hash == slots.NO_HASH:
+        return ProcessingError("the new UTXO hash must not be all zero (it marks an empty slot)", outpoint=op)
     loc = _frozen(parent, op, want, batch_size)
     if isinstance(loc, UtxoError):
         return loc

@@ -179,10 +179,6 @@ def _block_columns(text: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[i
     return tuple(b[0] for b in blocks), tuple(b[1] for b in blocks), tuple(b[2] for b in blocks)
 
 
-def encode_inpoints(inpoints: list[tuple[bytes, int]] | tuple[tuple[bytes, int], ...]) -> bytes:
-    return b"".join(t + v.to_bytes(4, "little") for t, v in inpoints)
-
-
 def meta_of(rec: Record, tx: Tx | None = None) -> TxMeta:
     """The record as the store hands it out (`utxo tx`), with the transaction if given. Built
     positionally (TxMeta's field order), its lists decoded inline: a block's create call makes

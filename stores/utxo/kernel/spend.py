@@ -70,9 +70,10 @@ class Ignore:
 NO_IGNORE = Ignore()
 
 
-def is_coinbase_input(tx: Tx) -> bool:
-    ins = tx.inputs
-    return len(ins) == 1 and ins[0].prev_vout == 0xFFFFFFFF and ins[0].prev_txid == NO_HASH
+def blesses(spender: Record | None) -> bool:
+    """Whether the spending tx's own record vouches for its inputs whose parent is gone (see
+    the module's invariants): it exists, and its spends were not taken back (not conflicting)."""
+    return spender is not None and not spender.conflicting
 
 
 def expected_hash(tx: Tx, vin: int) -> bytes | None:
@@ -215,7 +216,7 @@ def spend_txs(
     fast: bool = True,
 ) -> list[list[Spend] | UtxoError]:
     """Spend each of `txs` in turn against `parents` (changed in place). `blessed`: txids whose
-    own record exists (not conflicting): an input of theirs whose parent is gone is skipped."""
+    own record `blesses` them: an input of theirs whose parent is gone is skipped."""
     # The fast form's records: no record-level rule can refuse a spend of theirs at this height.
     plain = (
         {
@@ -234,7 +235,7 @@ def spend_txs(
     for tx in txs:
         txid = tx.txid
         ins = tx.inputs
-        if len(ins) == 1 and ins[0].prev_vout == 0xFFFFFFFF and ins[0].prev_txid == NO_HASH:
+        if tx.is_coinbase:
             results.append([])  # a coinbase spends nothing
             continue
         spends: list[Spend] = []

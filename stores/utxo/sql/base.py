@@ -8,8 +8,9 @@ Invariants:
   deadlock), decides with the kernel, and writes back in the same unit. A unit is all or
   nothing, and is retried whole on a transient conflict.
 - A child page is read and written only under its master's lock.
-- Heights for the rules count from the higher of the caller's height and the store's (another
-  process may have moved the store on since this one last looked).
+- A spend is judged at the caller's height (its block's); the delete-at-height and the other
+  state rules count from the higher of the caller's height and the store's (another process
+  may have moved the store on since this one last looked).
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ class SqlBase:
         proj: codec.Projection = codec.RULES,
     ) -> dict[bytes, Record]:
         """The master records of `txids` (locked in a write unit), each with the child pages that
-        hold the outpoints in `want` (only multi-record transactions have any): partial records,
-        the columns the rules read (`codec.RULE_COLS`)."""
+        hold the outpoints in `want` (only multi-record transactions have any), loading the
+        columns of `proj` (`codec.RULES` by default: what the rules read)."""
         keys = sorted(set(txids))
         found: dict[bytes, Record] = {}
         decode = proj.decode
@@ -154,6 +155,11 @@ class SqlBase:
         validate.height("block height", height, zero_ok=False)
         self.db.write("set_block_height", lambda cur: self._set_meta(cur, "block_height", str(height)))
         self.block_height = height
+
+    def current_height(self) -> int:
+        """The store's height, read afresh (another process may have moved it on)."""
+        self.block_height = max(self.block_height, self.db.read("read block height", self._stored_height))
+        return self.block_height
 
     def _stored_height(self, cur: Any) -> int:
         """The block height persisted by set_block_height (0 before the first)."""

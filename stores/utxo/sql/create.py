@@ -9,7 +9,7 @@ Invariants:
 - What a new record holds is the kernel's (`kernel.create`); a transaction without outputs is
   refused.
 - A transaction created conflicting is listed on each of its parents' `conflicting_children`
-  in the unit that inserts it.
+  in the unit that inserts it (a multi-record one right after its pages are committed).
 - The fee comes from the inputs' previous outputs: carried by an extended transaction, else read
   from the batch itself or the store; when a previous output is unknown the fee is None.
 """
@@ -126,8 +126,9 @@ class CreateMixin(SpendMixin):
         insert = None
         for i, tx in enumerate(txs):
             txid = tx.txid
-            if not tx.outputs:
-                results[i] = ProcessingError(f"tx {tx.txid_hex} has no outputs", txid=txid)
+            refused = create.refusal(tx)
+            if refused is not None:
+                results[i] = refused
                 continue
             if txid in seen:
                 results[i] = TxExists(f"tx {tx.txid_hex} appears twice in the batch", txid=txid)
@@ -245,8 +246,9 @@ class CreateMixin(SpendMixin):
 
     def begin_paged(self, tx: Tx, block_height: int, batch: Sequence[Tx] = ()) -> twophase.Creation:
         validate.height("block_height", block_height)
-        if not tx.outputs:
-            raise ProcessingError(f"tx {tx.txid_hex} has no outputs", txid=tx.txid)
+        refused = create.refusal(tx)
+        if refused is not None:
+            raise refused
         tx = self._extend([tx], batch).get(tx.txid, tx)
         rec = twophase.master_record(
             self,
@@ -352,7 +354,7 @@ class CreateMixin(SpendMixin):
         lacking: list[int] = []
         for k, tx in enumerate(txs):
             ins = tx.inputs
-            if len(ins) == 1 and ins[0].prev_vout == 0xFFFFFFFF and ins[0].prev_txid == NO_HASH:
+            if tx.is_coinbase:
                 fees.append(0)
                 continue
             total = 0

@@ -60,13 +60,8 @@ class SpendMixin(ReadMixin):
                 # Spenders of a parent that is gone: those whose own record exists spent it long
                 # ago (Teranode's "already blessed"); their inputs there are left out.
                 gone = {t.txid for t in txs if any(i.prev_txid not in parents for i in t.inputs)}
-                blessed = {
-                    bytes(r[0])
-                    for r in self.db.select_in(
-                        cur, "SELECT txid, conflicting FROM txs WHERE txid", sorted(gone)
-                    )
-                    if not r[1]
-                }
+                own = self._records(cur, gone, lock=False, proj=codec.SPENDS)
+                blessed = {t for t, rec in own.items() if rules.blesses(rec)}
             results = rules.spend_txs(
                 txs,
                 parents,
@@ -143,18 +138,14 @@ class SpendMixin(ReadMixin):
 
     def reassign(self, outpoint: Outpoint, utxo_hash: bytes, new_utxo_hash: bytes) -> None:
         validate.hash32("new_utxo_hash", new_utxo_hash)
-        if new_utxo_hash == NO_HASH:
-            raise ProcessingError("new_utxo_hash must not be all zero (that marks an empty slot)")
 
         def act(p: Record | None, op: Outpoint, h: bytes) -> UtxoError | None:
             return outputs.reassign(p, op, h, new_utxo_hash, self.block_height, self.batch_size)
 
-        self._refresh_height()  # the delay counts from the store's tip: another worker may have moved it
+        self.current_height()  # the delay counts from the store's tip: another worker may have moved it
         if self.block_height <= 0:
             raise ProcessingError("reassign needs the current block height (set_block_height)")
         (err,) = self._per_output("reassign", [(outpoint, utxo_hash)], act)
         if err is not None:
             raise err
 
-    def _refresh_height(self) -> None:
-        self.block_height = max(self.block_height, self.db.read("read block height", self._stored_height))
