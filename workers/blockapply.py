@@ -112,6 +112,7 @@ class BlockApplier:
         try:
             self.check_known(block, created)
             self.create_phase(block, created, ctx)
+            self.reclaim(block)
             skipped = self.spend_phase(block, created, ctx)
         except BlockRefused:
             self.rollback(block, undo)
@@ -231,13 +232,32 @@ class BlockApplier:
         self.unlock_swapped()
         return skipped
 
+    def reclaim(self, block: Block) -> None:
+        """The block mines transactions a losing branch made conflicting: they win now
+        (Teranode's ProcessConflicting). In block order, parents first: the current spenders of
+        each one's inputs (its rivals) become conflicting with their descendants, their spends
+        released and the parents locked (`make_conflicting`); then it is no longer conflicting,
+        so that it spends in the spend phase and its children spend from it. Each is noted in
+        the undo record first: a take-back makes it conflicting again."""
+        again = self.utxo.existing([t.txid for t in block.txs], conflicting=True)
+        for tx in block.txs:
+            if tx.txid not in again:
+                continue
+            ops = [(i.prev_txid, i.prev_vout) for i in tx.inputs] if not tx.is_coinbase else []
+            rivals = sorted({
+                o.spending_txid for o in self.utxo.get_outputs(ops).values()
+                if o.spending_txid is not None and o.spending_txid != tx.txid
+            })
+            self.make_conflicting(rivals)
+            if self._undo is not None:
+                self._undo.setdefault("reclaimed", []).append(tx.txid.hex())
+                if self._save is not None:
+                    self._save(self._undo)
+            self.utxo.set_conflicting([tx.txid], False)
+            log.info("tx %s, conflicting until now, wins: this block mines it", tx.txid_hex)
+
     def mine_phase(self, block: Block, ctx: dict[str, int]) -> None:
-        txids = [t.txid for t in block.txs]
-        # A tx that a reorg made conflicting and this block mines again is no longer conflicting.
-        again = self.utxo.existing(txids, conflicting=True)
-        if again:
-            self.utxo.set_conflicting(sorted(again), False)
-        self._run(block, "mine", ctx, self._ranges(0, len(txids)))
+        self._run(block, "mine", ctx, self._ranges(0, len(block.txs)))
 
     def execute(self, block: Block, phase: str, ctx: dict[str, int], spec: dict[str, Any]) -> Result:
         """Run one unit (whichever worker claimed it): {} or counts when done, `refused` with
@@ -344,7 +364,7 @@ class BlockApplier:
         """Mined on this chain, or pruned (only records mined on the chain ever are)."""
         return bool(self.utxo.mined([txid])) or not self.utxo.existing([txid])
 
-    def make_conflicting(self, txids: Sequence[bytes]) -> None:
+    def make_conflicting(self, txids: Sequence[bytes], lock: bool = True) -> None:
         """Mark these transactions and every descendant conflicting and release their spends,
         locking the parents (those not locked already are noted in the undo record first, and
         unlocked by `unlock_swapped`), so that the outputs they spent go to the chain's
@@ -364,8 +384,9 @@ class BlockApplier:
             if meta.conflicting:
                 continue
             tx = meta.tx
-            parents = [] if tx is None or tx.is_coinbase else sorted({i.prev_txid for i in tx.inputs})
-            parents = self._unlocked(parents)
+            parents: list[bytes] = []
+            if tx is not None and not tx.is_coinbase and lock:
+                parents = self._unlocked(sorted({i.prev_txid for i in tx.inputs}))
             if self._undo is not None:
                 self._undo.setdefault("conflicted", []).append(t.hex())
                 locked = self._undo.setdefault("locked", [])
@@ -374,7 +395,7 @@ class BlockApplier:
                     self._save(self._undo)
             self.utxo.set_conflicting([t], True)
             if meta.tx is not None:
-                self.release([meta.tx], lock=True)
+                self.release([meta.tx], lock=lock)
                 outs = self.utxo.get_outputs([(t, v) for v in range(len(meta.tx.outputs))])
                 todo += [o.spending_txid for o in outs.values() if o.spending_txid is not None]
             log.info("tx %s is conflicting with the chain", hash_to_hex(t))
@@ -446,6 +467,12 @@ class BlockApplier:
                 self.utxo.mark_on_longest_chain(mined, False)
                 self.utxo.set_mined_multi(mined, block_id, undo["height"], unset=True, on_longest_chain=False)
         self._undo = undo
+        reclaimed = [bytes.fromhex(h) for h in undo.get("reclaimed", [])]
+        for t in reversed(reclaimed):  # conflicting again, their spends given back to the rivals
+            meta = self.utxo.get(t)
+            if meta.tx is not None:
+                self.release([meta.tx])
+            self.utxo.set_conflicting([t], True)
         self.restore([bytes.fromhex(h) for h in undo.get("conflicted", [])], undo.get("height", 0))
         self.unlock_swapped()
 
@@ -480,3 +507,10 @@ class BlockApplier:
         for part in chunks(txids, self.chunk):
             self.utxo.mark_on_longest_chain(list(part), False)
             self.utxo.set_mined_multi(list(part), block_id, height, unset=True, on_longest_chain=False)
+        # Its coinbase is off the chain for good (only its block mines it): whatever spends it
+        # becomes conflicting, with its descendants (made whole again if the block comes back).
+        cb = block.txs[0]
+        outs = self.utxo.get_outputs([(cb.txid, v) for v in range(len(cb.outputs))])
+        spenders = sorted({o.spending_txid for o in outs.values() if o.spending_txid is not None})
+        if spenders:
+            self.make_conflicting(spenders, lock=False)
