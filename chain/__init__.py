@@ -4,11 +4,13 @@ This package imports nothing else of ours; every other package may import it.
 """
 
 from chain.block import (
+    BODY_MISMATCH,
     Block,
     BlockHeader,
     bip34_height,
     bits_to_target,
     block_work,
+    check_block,
     check_pow,
     iter_blk_records,
     merkle_root,
@@ -28,6 +30,7 @@ from chain.tx import (
 from chain.utxo import is_data_carrier, spent_hashes, utxo_hash, utxo_hashes
 
 __all__ = [
+    "BODY_MISMATCH",
     "COINBASE_PREV_TXID",
     "COINBASE_PREV_VOUT",
     "Block",
@@ -39,6 +42,7 @@ __all__ = [
     "bip34_height",
     "bits_to_target",
     "block_work",
+    "check_block",
     "check_pow",
     "hash_to_hex",
     "hex_to_hash",

@@ -158,6 +158,37 @@ def bip34_height(block: Block) -> int | None:
     return None
 
 
+BODY_MISMATCH = ("merkle root does not match", "merkle root mutation")  # reasons of a corrupted copy
+
+
+def check_block(block: Block) -> str | None:
+    """Why a block is invalid on its own, before any transaction is applied (None: it is not):
+    proof of work, no transactions, a merkle root that does not match (or matches only thanks to
+    a duplicated last pair), a repeated txid, a first transaction that is not a coinbase, a
+    second coinbase. A reason that starts with one of BODY_MISMATCH means the transactions do
+    not match the header: another copy with the same hash may be the genuine block."""
+    if not check_pow(block.header):
+        return "proof of work does not meet its bits"
+    if not block.txs:
+        return "no transactions"
+    root, mutated = block.computed_merkle_root()
+    if root != block.header.merkle_root:
+        return "merkle root does not match its transactions"
+    if mutated:
+        return "merkle root mutation: a duplicated last pair of transactions (CVE-2012-2459)"
+    seen: set[bytes] = set()
+    for t in block.txs:
+        if t.txid in seen:
+            return f"repeats tx {t.txid_hex}"
+        seen.add(t.txid)
+    if not block.txs[0].is_coinbase:
+        return "its first transaction is not a coinbase"
+    extra = next((t for t in block.txs[1:] if t.is_coinbase), None)
+    if extra is not None:
+        return f"tx {extra.txid_hex} is a second coinbase"
+    return None
+
+
 def iter_blk_records(data: bytes) -> Iterator[tuple[int, bytes]]:
     """Blocks of a Bitcoin Core blk*.dat file: (offset, block bytes). Any network magic.
 

@@ -10,11 +10,13 @@ from celery import Task
 from chain import hex_to_hash
 from stores.errors import StorageError
 from workers.app import app
-from workers.sequencer import BlockMissing, ChainBusy
+from workers.blockindex import BlockMissing
+from workers.sequencer import ChainBusy, Unfinished
 from workers.services import services
 
 log = logging.getLogger("utxoflow.tasks")
 MISSING_RETRIES = 3  # a block whose bytes are nowhere is reported after this many tries
+ADVANCE_BUDGET_S = 5.0  # a task applies blocks for this long, then hands on: a worker told to stop stops
 
 
 @app.task(name="utxoflow.block.arrived", bind=True, max_retries=None)
@@ -24,15 +26,21 @@ def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
     that worker may have finished its pass before this block was indexed."""
     svc = services()
     seq = svc.sequencer
+    h = hex_to_hash(block_hash)
     try:
-        entry = seq.accept(seq.load(hex_to_hash(block_hash)))
+        entry = seq.accept(seq.load(h))
         if entry is None:  # another worker is indexing: soon again
             raise self.retry(countdown=0.2)
-        seq.advance()
+        seq.advance(budget_s=ADVANCE_BUDGET_S)
     except ChainBusy as e:  # another worker applies the chain; it may have missed this block
         raise self.retry(countdown=0.2) from e
-    except BlockMissing as e:  # maybe not written yet (another blob store replica): a few tries
-        if self.request.retries < MISSING_RETRIES:
+    except Unfinished as e:  # the budget ran out: the message goes back, any worker goes on
+        raise self.retry(countdown=0) from e
+    except BlockMissing as e:
+        if e.block_hash != h:  # another block of the chain: the chain waits for its bytes
+            log.error("block %s: %s (will retry)", block_hash, e)
+            raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
+        if self.request.retries < MISSING_RETRIES:  # maybe not written yet (a blob replica)
             raise self.retry(countdown=0.5 * (self.request.retries + 1)) from e
         log.error("block %s given up: %s", block_hash, e)
         svc.registry.done(ident)

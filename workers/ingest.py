@@ -17,7 +17,7 @@ import uuid
 
 from chain import Block, ParseError, Tx, iter_blk_records, parse_block, parse_tx
 from stores.blob.protocol import blob_key
-from workers.sequencer import keep_block
+from workers.blockindex import keep_block
 from workers.services import Services, services
 
 BLOCK_TASK = "utxoflow.block.arrived"

@@ -3,6 +3,17 @@ the best-chain tip, per-block undo records, named leases and the registry of pen
 SQLite or PostgreSQL by URL."""
 
 from stores.state.factory import open_state_store
-from stores.state.protocol import PENDING_KINDS, BlockEntry, BlockStatus, PendingEntry, StateStore
+from stores.state.protocol import (
+    KEEP,
+    PENDING_KINDS,
+    BlockChange,
+    BlockEntry,
+    BlockStatus,
+    PendingEntry,
+    StateStore,
+)
 
-__all__ = ["PENDING_KINDS", "BlockEntry", "BlockStatus", "PendingEntry", "StateStore", "open_state_store"]
+__all__ = [
+    "KEEP", "PENDING_KINDS", "BlockChange", "BlockEntry", "BlockStatus", "PendingEntry", "StateStore",
+    "open_state_store",
+]

@@ -5,6 +5,8 @@ Invariants every backend keeps (tests/state checks each):
 - `best_candidate` is the connected block of most cumulative work that is neither invalid nor
   an orphan; among equals, the first seen (lowest arrival order) wins, so ties keep the chain.
 - An undo record is written before a block's first change and read back whole.
+- `commit` changes blocks, the tip, undo records and meta values in one transaction: a reader
+  never sees a block applied above the tip, or the tip on a block not applied.
 - A lease has at most one holder until it expires; so has a chunk unit (see chunks.py).
 - A pending message (`PendingEntry`) stays until it is removed, whatever happens to the broker;
   `claim_pending` hands an entry to one caller only (two scans racing never both re-send it)
@@ -14,6 +16,7 @@ Invariants every backend keeps (tests/state checks each):
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -48,6 +51,20 @@ class BlockEntry:
         if self.reason:
             d["reason"] = self.reason
         return d
+
+
+@dataclass(frozen=True, slots=True)
+class BlockChange:
+    """New values for one block's entry (None: left as it is)."""
+
+    hash: bytes
+    status: BlockStatus | None = None
+    reason: str | None = None
+    height: int | None = None
+    work: int | None = None
+
+
+KEEP: Any = object()  # `commit`'s tip argument: leave the tip where it is
 
 
 PENDING_KINDS = ("block", "tx")
@@ -91,6 +108,22 @@ class StateStore(Protocol):
     def set_meta(self, key: str, value: str | None) -> None:
         """Set (None: remove) a small named value of the chain (e.g. the block being applied)."""
     def counts(self) -> dict[str, int]: ...
+
+    def commit(
+        self,
+        *,
+        blocks: Sequence[BlockChange] = (),
+        tip: bytes | None = KEEP,
+        undo: Mapping[bytes, dict[str, Any] | None] = {},
+        meta: Mapping[str, str | None] = {},
+        prune_undo_below: int | None = None,
+    ) -> None:
+        """All of these in one transaction: block entries changed, the tip moved (None: no
+        tip), undo records written (None: deleted), meta values set (None: removed), and the
+        undo records of applied blocks at or below `prune_undo_below` deleted."""
+
+    def demote_pending(self, work: int) -> int:
+        """`pending` blocks of no more work than `work` (the tip's) are `side`; how many."""
 
     def put_undo(self, hash: bytes, data: dict[str, Any]) -> None: ...
     def get_undo(self, hash: bytes) -> dict[str, Any] | None: ...

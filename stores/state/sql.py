@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stores.errors import StorageError
@@ -17,7 +18,7 @@ from stores.lease import lapsed
 from stores.sqldb import Database
 from stores.state.chunks import ChunkBoardMixin, chunk_ddl
 from stores.state.pending import PendingTable, pending_ddl
-from stores.state.protocol import BlockEntry, BlockStatus
+from stores.state.protocol import KEEP, BlockChange, BlockEntry, BlockStatus
 
 log = logging.getLogger("utxoflow.state")
 
@@ -138,6 +139,12 @@ class SqlStateStore(ChunkBoardMixin, PendingTable):
         self, hash: bytes, *, status: BlockStatus | None = None, reason: str | None = None,
         height: int | None = None, work: int | None = None,
     ) -> None:
+        self.db.write("update block", lambda cur: self._update_block(cur, hash, status, reason, height, work))
+
+    def _update_block(
+        self, cur: Any, hash: bytes, status: BlockStatus | None, reason: str | None, height: int | None,
+        work: int | None,
+    ) -> None:
         sets: list[str] = []
         vals: list[Any] = []
         for col, v in (("status", status and status.value), ("reason", reason), ("height", height),
@@ -147,13 +154,9 @@ class SqlStateStore(ChunkBoardMixin, PendingTable):
                 vals.append(v)
         if not sets:
             return
-
-        def unit(cur: Any) -> None:
-            cur.execute(self.db.q(f"UPDATE blocks SET {', '.join(sets)} WHERE hash = ?"), (*vals, hash))
-            if cur.rowcount != 1:
-                raise StorageError(f"block {hash[::-1].hex()} is not in the state store")
-
-        self.db.write("update block", unit)
+        cur.execute(self.db.q(f"UPDATE blocks SET {', '.join(sets)} WHERE hash = ?"), (*vals, hash))
+        if cur.rowcount != 1:
+            raise StorageError(f"block {hash[::-1].hex()} is not in the state store")
 
     def children(self, parent: bytes) -> list[BlockEntry]:
         def q(cur: Any) -> list[Any]:
@@ -186,12 +189,12 @@ class SqlStateStore(ChunkBoardMixin, PendingTable):
         return None if r is None else _entry(r)
 
     def set_tip(self, hash: bytes | None) -> None:
-        def unit(cur: Any) -> None:
-            cur.execute(self.db.q("DELETE FROM chain WHERE key = 'tip'"))
-            if hash is not None:
-                cur.execute(self.db.q("INSERT INTO chain (key, value) VALUES ('tip', ?)"), (hash.hex(),))
+        self.db.write("set tip", lambda cur: self._set_tip(cur, hash))
 
-        self.db.write("set tip", unit)
+    def _set_tip(self, cur: Any, hash: bytes | None) -> None:
+        cur.execute(self.db.q("DELETE FROM chain WHERE key = 'tip'"))
+        if hash is not None:
+            cur.execute(self.db.q("INSERT INTO chain (key, value) VALUES ('tip', ?)"), (hash.hex(),))
 
     def get_meta(self, key: str) -> str | None:
         def q(cur: Any) -> Any:
@@ -202,12 +205,12 @@ class SqlStateStore(ChunkBoardMixin, PendingTable):
         return None if r is None else str(r[0])
 
     def set_meta(self, key: str, value: str | None) -> None:
-        def unit(cur: Any) -> None:
-            cur.execute(self.db.q("DELETE FROM chain WHERE key = ?"), (f"meta:{key}",))
-            if value is not None:
-                cur.execute(self.db.q("INSERT INTO chain (key, value) VALUES (?, ?)"), (f"meta:{key}", value))
+        self.db.write("set meta", lambda cur: self._set_meta(cur, key, value))
 
-        self.db.write("set meta", unit)
+    def _set_meta(self, cur: Any, key: str, value: str | None) -> None:
+        cur.execute(self.db.q("DELETE FROM chain WHERE key = ?"), (f"meta:{key}",))
+        if value is not None:
+            cur.execute(self.db.q("INSERT INTO chain (key, value) VALUES (?, ?)"), (f"meta:{key}", value))
 
     def is_empty(self) -> bool:
         def q(cur: Any) -> bool:
@@ -222,6 +225,43 @@ class SqlStateStore(ChunkBoardMixin, PendingTable):
             return {r[0]: int(r[1]) for r in cur.fetchall()}
 
         return self.db.read("counts", q)
+
+    def commit(
+        self,
+        *,
+        blocks: Sequence[BlockChange] = (),
+        tip: bytes | None = KEEP,
+        undo: Mapping[bytes, dict[str, Any] | None] = {},
+        meta: Mapping[str, str | None] = {},
+        prune_undo_below: int | None = None,
+    ) -> None:
+        q = self.db.q
+
+        def unit(cur: Any) -> None:
+            for b in blocks:
+                self._update_block(cur, b.hash, b.status, b.reason, b.height, b.work)
+            if tip is not KEEP:
+                self._set_tip(cur, tip)
+            for h, data in undo.items():
+                cur.execute(q("DELETE FROM undo WHERE hash = ?"), (h,))
+                if data is not None:
+                    cur.execute(q("INSERT INTO undo (hash, data) VALUES (?, ?)"),
+                                (h, json.dumps(data, separators=(",", ":"))))
+            for key, value in meta.items():
+                self._set_meta(cur, key, value)
+            if prune_undo_below is not None:
+                cur.execute(q("DELETE FROM undo WHERE hash IN (SELECT hash FROM blocks "
+                              "WHERE status = 'applied' AND height <= ?)"), (prune_undo_below,))
+
+        self.db.write("commit chain state", unit)
+
+    def demote_pending(self, work: int) -> int:
+        def unit(cur: Any) -> int:
+            cur.execute(self.db.q("UPDATE blocks SET status = 'side' WHERE status = 'pending' AND work <= ?"),
+                        (_work(work),))
+            return int(cur.rowcount)
+
+        return self.db.write("demote pending blocks", unit)
 
     # -- undo records ------------------------------------------------------------------------
     def put_undo(self, hash: bytes, data: dict[str, Any]) -> None:

@@ -4,7 +4,10 @@ applied again, in order, from it."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
+
+import pytest
 
 from chain import iter_blk_records, parse_block
 from stores.state import BlockStatus
@@ -49,3 +52,41 @@ def test_mainnet_blocks_without_bip34_rebase_to_the_genesis_child_s_heights(
     assert confirmed(seq.utxo) == confirmed_model([b.txs for b in blocks])
     coinbase = seq.utxo.get(blocks[1].txs[0].txid)  # made again at its right height
     assert list(coinbase.block_heights) == [2] and coinbase.spending_height == 102
+
+
+def _coinbase_chain(n: int) -> Chain:
+    c = Chain()
+    for _ in range(n):
+        c.add()  # a coinbase each (BIP34 heights 1…n)
+    return c
+
+
+def _check_ordered(seq: Sequencer, c: Chain) -> None:
+    """What an ordered pass gives: every block applied at its height, the tip the last one,
+    and the confirmed set every coinbase's outputs."""
+    for k, raw in enumerate(c.blocks):
+        e = seq.state.get_block(parse_block(raw).hash)
+        assert e is not None and (e.height, e.status) == (k + 1, BlockStatus.APPLIED), (k, e)
+    tip = seq.state.tip()
+    assert tip is not None and tip.hash == c.parent and tip.height == len(c.blocks)
+    assert confirmed(seq.utxo) == confirmed_model(c.txs)
+
+
+def test_the_first_blocks_in_the_order_4_3_1_0_2(seq: Sequencer) -> None:
+    """The order of the issue that left block 0 an orphan for good: 4, 3, 1, 0, 2, then the rest.
+    Block 2's parent was indexed as an orphan, and the base is 3 then: the root of the base's
+    ancestry (block 0) must become the base, whatever path made it known."""
+    c = _coinbase_chain(12)
+    for k in (4, 3, 1, 0, 2, *range(5, 12)):
+        seq.submit(c.blocks[k])
+    _check_ordered(seq, c)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_any_arrival_order_at_the_start_finds_the_ordered_chain(seq: Sequencer, seed: int) -> None:
+    c = _coinbase_chain(10)
+    order = list(range(10))
+    random.Random(seed).shuffle(order)
+    for k in order:
+        seq.submit(c.blocks[k])
+    _check_ordered(seq, c)

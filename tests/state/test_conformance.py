@@ -313,6 +313,42 @@ def test_tip_set_replace_and_clear(state: StateStore) -> None:
     assert state.get_block(h("a")) == a and state.is_empty() is False  # clearing keeps the blocks
 
 
+def test_commit_changes_blocks_tip_undo_and_meta_together(state: StateStore) -> None:
+    """One transaction: the block applied, the tip on it, its undo marked, the applying mark
+    gone, and the undo records of applied blocks below a height deleted."""
+    from stores.state import BlockChange
+
+    add(state, "a", status=A)
+    add(state, "b", parent=h("a"), height=2, work=2, status=P)
+    state.put_undo(h("a"), {"state": "applied"})
+    state.put_undo(h("b"), {"state": "applying"})
+    state.set_meta("applying", h("b").hex())
+    state.commit(blocks=[BlockChange(h("b"), status=A)], tip=h("b"), undo={h("b"): {"state": "applied"}},
+                 meta={"applying": None}, prune_undo_below=1)
+    assert state.tip() == state.get_block(h("b")) and state.get_block(h("b")).status is A  # type: ignore[union-attr]
+    assert state.get_undo(h("b")) == {"state": "applied"} and state.get_undo(h("a")) is None
+    assert state.get_meta("applying") is None
+
+
+def test_commit_is_all_or_nothing(state: StateStore) -> None:
+    """A change that cannot be made (an unknown block) leaves everything else of it undone."""
+    from stores.state import BlockChange
+
+    add(state, "a", status=P)
+    with pytest.raises(StorageError):
+        state.commit(blocks=[BlockChange(h("a"), status=A), BlockChange(h("nope"), status=A)], tip=h("a"),
+                     meta={"applying": "x"})
+    assert state.get_block(h("a")).status is P and state.tip() is None  # type: ignore[union-attr]
+    assert state.get_meta("applying") is None
+
+
+def test_demote_pending(state: StateStore) -> None:
+    add(state, "a", work=5, status=P)
+    add(state, "b", work=7, status=P)
+    assert state.demote_pending(5) == 1
+    assert state.get_block(h("a")).status is S and state.get_block(h("b")).status is P  # type: ignore[union-attr]
+
+
 def test_tip_survives_reopen(state_url: str) -> None:
     s = open_state_store(state_url)
     e = add(s, "t", status=A)

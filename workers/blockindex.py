@@ -1,0 +1,349 @@
+"""The block index: which blocks are known, where each stands (its parent, height, cumulative work,
+status), and which block the chain starts from. It decides nothing about the UTXO store.
+
+Invariants:
+- One worker at a time adds to the index (the `index` lease), so the base and an orphan's parent
+  are decided against a stable index.
+- A block is checked on its own when it arrives (`chain.check_block`); a block whose parent is
+  invalid is invalid; one whose parent is unknown or an orphan is an orphan; any other is
+  connected: its height and work follow from its parent's, and it is `pending` while it may
+  become the best chain's, else `side`.
+- The base is the root of the connected blocks: the first block whose parent is unknown while
+  the chain is empty (its BIP34 height, else 0; 1 for a child of a well-known genesis), or the
+  block a UTXO snapshot was taken at. Whenever a block arrives that makes the base's parent known
+  — directly, or through orphans — the root of that ancestry is to be the base: a rebase is
+  noted (meta `rebase`), and the chain's holder carries it out (`Sequencer`): whatever the
+  arrival order, the chain found is the one an ordered pass finds.
+- Every walk over descendants is `descend`, breadth first, each block once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+
+from chain import (
+    BODY_MISMATCH,
+    Block,
+    ParseError,
+    bip34_height,
+    block_work,
+    check_block,
+    hex_to_hash,
+    parse_block,
+)
+from stores.blob.protocol import BlobNotFound, BlobStore, blob_key
+from stores.errors import StorageError
+from stores.state import BlockChange, BlockEntry, BlockStatus, StateStore
+
+log = logging.getLogger("utxoflow.index")
+
+GENESIS = {
+    hex_to_hash(h)
+    for h in (
+        "000000000019d6689c085ae165831e934ff763ae46a2a6c172b3f1b60a8ce26f",  # mainnet
+        "000000000933ea01ad0ee984209779baaec3ced90fa3f408719526f8d77f4943",  # testnet
+        "0f9188f13cb7b2c71f2a335e3a4fc328bf5beb436012afca590b1a11466e2206",  # regtest
+    )
+}
+INDEX_LEASE = "index"
+BASE = "base"  # state meta: the hash of the chain's base block
+REBASE = "rebase"  # state meta: the block that is to become the base (carried out by the chain)
+SNAPSHOT = "UTXO snapshot"  # the reason field of a snapshot's base block (it has no bytes)
+PARENT_INVALID = "its parent is invalid"
+PARSED_KEPT = 8  # blocks kept parsed
+
+
+def corrupt(e: BlockEntry) -> bool:
+    """Refused because its transactions do not match its header: another copy of the same
+    block (the same hash) may be the genuine one."""
+    return e.status is BlockStatus.INVALID and (e.reason or "").startswith(BODY_MISMATCH)
+
+
+def keep_block(blobs: BlobStore, block: Block, raw: bytes) -> None:
+    """Keep a block's bytes, write-once — except that a copy whose transactions match its header
+    replaces a stored copy whose transactions do not (the same hash: a corrupted copy)."""
+    key = blob_key(block.hash, "block")
+    if blobs.put_if_absent(key, raw) or check_block(block) is not None:
+        return
+    try:
+        stored: Block | None = parse_block(blobs.get(key))
+    except (ParseError, BlobNotFound):
+        stored = None
+    if stored is None or check_block(stored) is not None:
+        blobs.delete(key)
+        blobs.put_if_absent(key, raw)
+
+
+class BlockMissing(StorageError):
+    """A block's bytes are not in the blob store (a message naming a block never stored)."""
+
+    def __init__(self, block_hash: bytes) -> None:
+        super().__init__(f"block {block_hash[::-1].hex()}: its bytes are not in the blob store")
+        self.block_hash = block_hash
+
+
+class Blocks:
+    """Blocks by hash from the blob store, the last few whose transactions match their header
+    kept parsed: such a body is the only one its hash can have, whereas a corrupted copy may yet
+    be replaced by the genuine one."""
+
+    def __init__(self, blobs: BlobStore) -> None:
+        self.blobs = blobs
+        self._parsed: OrderedDict[bytes, Block] = OrderedDict()
+
+    def store(self, raw: bytes) -> Block:
+        """Parse a block's framing (ParseError when it is not a block) and keep its bytes."""
+        block = parse_block(raw)
+        keep_block(self.blobs, block, raw)
+        self.keep(block)
+        return block
+
+    def load(self, h: bytes) -> Block:
+        b = self._parsed.get(h)
+        if b is not None:
+            self._parsed.move_to_end(h)
+            return b
+        try:
+            b = parse_block(self.blobs.get(blob_key(h, "block")))
+        except BlobNotFound:
+            raise BlockMissing(h) from None
+        except ParseError as e:
+            raise StorageError(f"block {h[::-1].hex()} in the blob store does not parse: {e}") from e
+        self.keep(b)
+        return b
+
+    def genuine(self, h: bytes) -> Block:
+        """`load`, for a block whose transactions match its header only (StorageError else)."""
+        b = self.load(h)
+        if h not in self._parsed:  # only checked bodies are kept
+            raise StorageError(f"the stored copy of block {h[::-1].hex()} does not match its header")
+        return b
+
+    def check(self, b: Block) -> str | None:
+        """check_block, but not again for a block kept parsed (only checked ones are)."""
+        return None if self._parsed.get(b.hash) is b else check_block(b)
+
+    def keep(self, b: Block) -> None:
+        if b.hash not in self._parsed and check_block(b) is None:
+            self._parsed[b.hash] = b
+            while len(self._parsed) > PARSED_KEPT:
+                self._parsed.popitem(last=False)
+
+
+def base_height(block: Block) -> int:
+    """The height of a block that starts the chain: 1 after a well-known genesis, else its
+    BIP34 height, else 0."""
+    if block.header.prev_hash in GENESIS:
+        return 1
+    return bip34_height(block) or 0
+
+
+Lease = Callable[[str, float], AbstractContextManager[bool]]
+
+
+class BlockIndex:
+    def __init__(
+        self,
+        state: StateStore,
+        blocks: Blocks,
+        lease: Lease,
+        snapshot_block: Callable[[], tuple[int, bytes] | None] = lambda: None,
+    ) -> None:
+        """`lease(name, ttl_s)` holds a named lease while inside (False: another holds it);
+        `snapshot_block` names the block a UTXO snapshot was taken at, if any."""
+        self.state = state
+        self.blocks = blocks
+        self.lease = lease
+        self.snapshot_block = snapshot_block
+
+    # -- walks -----------------------------------------------------------------------------------
+    def descend(self, root: BlockEntry, step: Callable[[BlockEntry, BlockEntry], BlockEntry | None]) -> None:
+        """Walk `root`'s descendants breadth first: `step(child, its parent as walked)` returns
+        the child as it now stands to walk on from it, or None to stop below it."""
+        todo = [root]
+        while todo:
+            parent = todo.pop(0)
+            for kid in self.state.children(parent.hash):
+                now = step(kid, parent)
+                if now is not None:
+                    todo.append(now)
+
+    def derived(self, kid: BlockEntry, parent: BlockEntry, tip_work: int | None) -> BlockChange:
+        """Where `kid` stands below `parent` as `parent` now stands: invalid after an invalid
+        parent, an orphan below an orphan, else connected (its height and work from the
+        parent's). A block invalid on its own stays so."""
+        if kid.status is BlockStatus.INVALID and kid.reason != PARENT_INVALID:
+            return BlockChange(kid.hash)
+        if parent.status is BlockStatus.INVALID:
+            return BlockChange(kid.hash, status=BlockStatus.INVALID, reason=PARENT_INVALID)
+        if parent.status is BlockStatus.ORPHAN or parent.work is None or parent.height is None:
+            return BlockChange(kid.hash, status=BlockStatus.ORPHAN)
+        work = parent.work + block_work(self.blocks.load(kid.hash).header.bits)
+        keep = kid.status in (BlockStatus.APPLIED, BlockStatus.SIDE) and kid.work == work
+        status = kid.status if keep else connected_status(work, tip_work)
+        return BlockChange(kid.hash, status=status, reason="", height=parent.height + 1, work=work)
+
+    def rederive(
+        self, root: BlockEntry, only: Callable[[BlockEntry], bool] = lambda e: True
+    ) -> list[BlockChange]:
+        """The changes that put every descendant of `root` (those `only` accepts, and theirs)
+        where `root` as it now stands places them."""
+        tip = self.state.tip()
+        tip_work = None if tip is None else tip.work
+        changes: list[BlockChange] = []
+
+        def step(kid: BlockEntry, parent: BlockEntry) -> BlockEntry | None:
+            if not only(kid):
+                return None
+            c = self.derived(kid, parent, tip_work)
+            changes.append(c)
+            return _with(kid, c)
+
+        self.descend(root, step)
+        return changes
+
+    # -- arrival ---------------------------------------------------------------------------------
+    def accept(self, block: Block) -> BlockEntry | None:
+        """Put the block into the index (see the invariants). Known blocks are left as they are,
+        but a genuine copy revives a corrupted one. None when another worker is indexing."""
+        known = self.state.get_block(block.hash)
+        if known is not None and not (corrupt(known) and self.blocks.check(block) is None):
+            return known
+        with self.lease(INDEX_LEASE, 30.0) as mine:
+            if not mine:
+                return None
+            known = self.state.get_block(block.hash)
+            if known is not None and not corrupt(known):
+                return known
+            entry = self._revive(block, known) if known is not None else self._add(block)
+            self._note_rebase()
+            return entry
+
+    def _add(self, block: Block) -> BlockEntry:
+        self._init_from_snapshot()
+        parent = self.state.get_block(block.header.prev_hash)
+        reason = self.blocks.check(block)
+        n, h, prev = len(block.txs), block.hash, block.header.prev_hash
+        if parent is None:
+            if self.state.best_candidate() is None:  # no chain yet (invalid blocks do not count)
+                # bits no target can meet fail check_pow: no work (block_work would raise)
+                work = 0 if reason else block_work(block.header.bits)
+                status = BlockStatus.INVALID if reason else BlockStatus.PENDING
+                entry = self.state.add_block(h, prev, base_height(block), work, status, n, reason)
+                if not reason:
+                    self.state.set_meta(BASE, h.hex())
+            else:
+                status = BlockStatus.INVALID if reason else BlockStatus.ORPHAN
+                entry = self.state.add_block(h, prev, None, None, status, n, reason)
+        elif parent.status is BlockStatus.INVALID:
+            entry = self.state.add_block(
+                h, prev, _plus(parent.height), None, BlockStatus.INVALID, n, reason or PARENT_INVALID
+            )
+        elif parent.status is BlockStatus.ORPHAN:
+            status = BlockStatus.INVALID if reason else BlockStatus.ORPHAN
+            entry = self.state.add_block(h, prev, None, None, status, n, reason)
+        else:
+            assert parent.height is not None and parent.work is not None
+            work = parent.work + (0 if reason else block_work(block.header.bits))
+            tip = self.state.tip()
+            status = (
+                BlockStatus.INVALID if reason else connected_status(work, None if tip is None else tip.work)
+            )
+            entry = self.state.add_block(h, prev, parent.height + 1, work, status, n, reason)
+        if entry.status is BlockStatus.INVALID:
+            log.warning("block %s is invalid: %s", block.hash_hex, entry.reason)
+        if entry.status is not BlockStatus.ORPHAN:  # orphans below it: invalid, or connected now
+            self.state.commit(blocks=self.rederive(entry, lambda e: e.status is BlockStatus.ORPHAN))
+        return entry
+
+    def _revive(self, block: Block, known: BlockEntry) -> BlockEntry:
+        """The genuine block after a corrupted copy of it was indexed as invalid (the same header
+        hash): it takes its place, and the descendants refused for its sake are placed again."""
+        parent = self.state.get_block(block.header.prev_hash)
+        if parent is None or parent.status in (BlockStatus.INVALID, BlockStatus.ORPHAN):
+            return known  # its place is decided when its parent's is (the corrupt verdict stays)
+        tip = self.state.tip()
+        change = self.derived(
+            _with(known, BlockChange(known.hash, status=BlockStatus.ORPHAN)),
+            parent,
+            None if tip is None else tip.work,
+        )
+        entry = _with(known, change)
+        changes = [change, *self.rederive(entry, lambda e: e.reason == PARENT_INVALID)]
+        self.state.commit(blocks=changes)
+        log.warning("block %s: a valid copy replaces the corrupted one indexed before", block.hash_hex)
+        return self.entry(block.hash)
+
+    def _init_from_snapshot(self) -> None:
+        """A store seeded with a snapshot at block B (height H): B is the applied base."""
+        if not self.state.is_empty():
+            return
+        snap = self.snapshot_block()
+        if snap is None:
+            return
+        height, h = snap
+        self.state.add_block(h, b"\x00" * 32, height, 0, BlockStatus.APPLIED, 0, SNAPSHOT)
+        self.state.commit(tip=h, meta={BASE: h.hex()})
+
+    # -- the base --------------------------------------------------------------------------------
+    def base(self) -> BlockEntry | None:
+        b = self.state.get_meta(BASE)
+        return None if b is None else self.state.get_block(bytes.fromhex(b))
+
+    def _note_rebase(self) -> None:
+        """When the base's parent is known now (directly or through orphans), note the root of
+        its ancestry as the base to be: the chain's holder carries it out."""
+        base = self.base()
+        if base is None or base.reason == SNAPSHOT or self.state.get_meta(REBASE) is not None:
+            return
+        root = base
+        for above in self.ancestry(base):
+            root = above
+        if root.hash != base.hash:
+            log.warning(
+                "block %s is an ancestor of the base %s: the chain starts there (a rebase)",
+                root.hash[::-1].hex(),
+                base.hash[::-1].hex(),
+            )
+            self.state.set_meta(REBASE, root.hash.hex())
+
+    def ancestry(self, e: BlockEntry) -> Iterator[BlockEntry]:
+        """`e`'s ancestors in the index, parent first, as far as they are known."""
+        seen = {e.hash}
+        p = self.state.get_block(e.parent)
+        while p is not None and p.hash not in seen:
+            seen.add(p.hash)
+            yield p
+            p = self.state.get_block(p.parent)
+
+    def entry(self, h: bytes) -> BlockEntry:
+        e = self.state.get_block(h)
+        assert e is not None
+        return e
+
+
+def connected_status(work: int, tip_work: int | None) -> BlockStatus:
+    """A connected block is `pending` while it may become the best chain's, else `side`."""
+    return BlockStatus.PENDING if tip_work is None or work > tip_work else BlockStatus.SIDE
+
+
+def _with(e: BlockEntry, c: BlockChange) -> BlockEntry:
+    """`e` with the changes of `c` (the entry as a walk sees it before they are committed)."""
+    return BlockEntry(
+        e.hash,
+        e.parent,
+        e.height if c.height is None else c.height,
+        e.work if c.work is None else c.work,
+        e.status if c.status is None else c.status,
+        e.reason if c.reason is None else (c.reason or None),
+        e.block_id,
+        e.seq,
+        e.n_txs,
+    )
+
+
+def _plus(h: int | None) -> int | None:
+    return None if h is None else h + 1
