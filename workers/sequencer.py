@@ -150,11 +150,11 @@ class Sequencer:
                 for e in down:
                     self._disconnect(e)
                 for e in up:
-                    if budget_s is not None and time.monotonic() - start > budget_s:
-                        raise Unfinished()
                     self._renew()
                     if not self._apply(e):
                         break  # refused: the best chain is another one now
+                    if budget_s is not None and time.monotonic() - start > budget_s:
+                        raise Unfinished()  # after a block at least: every call gets somewhere
 
     def _path(
         self, tip: BlockEntry | None, best: BlockEntry
