@@ -4,12 +4,14 @@ write units retried on transient conflicts, consistent reads, streams, key looku
 Invariants:
 - A write unit is one database transaction holding the write lock it needs (SQLite: BEGIN
   IMMEDIATE, the whole database; PostgreSQL: the rows its statements lock, `FOR UPDATE`), and
-  is retried whole on a transient conflict (busy, deadlock, serialization failure). It is
-  all-or-nothing: anything raised inside rolls it back.
+  is retried whole on a transient conflict (busy, deadlock, serialization failure) and on a
+  connection lost before its COMMIT. It is all-or-nothing: anything raised inside rolls it
+  back. A connection lost in the COMMIT is not retried: the unit may have committed.
 - What the database raises leaves as `StorageError` naming the operation, except a value the
   database refuses (out of range, wrong type), which is the request's fault: the `invalid` class
   the owner chose (a ProcessingError). A StoreError raised by the unit itself passes unchanged.
-- A read sees one snapshot (PostgreSQL: REPEATABLE READ, READ ONLY) and takes no locks.
+- A read sees one snapshot (PostgreSQL: REPEATABLE READ, READ ONLY) and takes no locks; it is
+  retried on a lost connection.
 - Statements use `?` placeholders; `q()` translates them for the driver. A URL's password never
   appears in a message (`mask_url`).
 - One connection per object, guarded by a lock, so an object may be shared by threads; a
@@ -18,6 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 import re
 import sqlite3
 import threading
@@ -33,6 +36,7 @@ from psycopg import errors as pgerr
 from stores.errors import ProcessingError, StorageError, StoreError
 
 T = TypeVar("T")
+log = logging.getLogger("utxoflow.sql")
 Row = tuple[Any, ...]
 SQLITE = "sqlite:///"
 PG_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
@@ -186,32 +190,62 @@ class Database:
         kind = self.invalid if bad_value else StorageError
         return kind(f"{what} failed in {self.url_safe}: {type(e).__name__}: {e}")
 
+    def lost(self, e: BaseException) -> bool:
+        """The PostgreSQL connection is gone (terminated, server restarted, network): the next
+        unit opens a new one."""
+        pg = self._pg
+        return isinstance(e, psycopg.OperationalError) and pg is not None and (pg.broken or pg.closed)
+
+    def _again(self, what: str, e: BaseException, delay: float) -> float:
+        """Wait `delay` before trying a unit again (saying why, when the connection was lost);
+        the next delay."""
+        if self.lost(e):
+            first = (str(e).strip().splitlines() or [""])[0]
+            log.warning("%s: the connection to %s was lost (%s: %s), trying again on a new one",
+                        what, self.url_safe, type(e).__name__, first)
+        time.sleep(delay)
+        return min(delay * 2, 0.5)
+
     def write(self, what: str, fn: Callable[[Any], T], retry: bool = True) -> T:
         """Run `fn(cursor)` as one write unit; retry transient conflicts unless `retry` is off
-        (for a unit that consumes a stream and so cannot run twice)."""
+        (for a unit that consumes a stream and so cannot run twice). A connection lost before
+        the COMMIT is retried too (the server rolled the unit back); one lost in the COMMIT is
+        not (it may have committed): it leaves as a StorageError, for the caller's idempotent
+        retry."""
         delay = 0.005
         for attempt in range(self.max_retries + 1 if retry else 1):
+            committing = False
             try:
                 with self._txn(True) as cur:
-                    return fn(cur)
+                    out = fn(cur)
+                    committing = True
+                return out
             except StoreError:
                 raise
             except (sqlite3.Error, psycopg.Error, OverflowError) as e:
-                if retry and self.transient(e) and attempt < self.max_retries:
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.5)
+                again = self.transient(e) or (not committing and self.lost(e))
+                if retry and again and attempt < self.max_retries:
+                    delay = self._again(what, e, delay)
                     continue
                 raise self._failure(what, e) from e
         raise AssertionError("unreachable")
 
     def read(self, what: str, fn: Callable[[Any], T]) -> T:
-        try:
-            with self._txn(False) as cur:
-                return fn(cur)
-        except StoreError:
-            raise
-        except (sqlite3.Error, psycopg.Error, OverflowError) as e:
-            raise self._failure(what, e) from e
+        """Run `fn(cursor)` on one snapshot; a lost connection is retried (a read changes
+        nothing)."""
+        delay = 0.005
+        for attempt in range(self.max_retries + 1):
+            try:
+                with self._txn(False) as cur:
+                    return fn(cur)
+            except StoreError:
+                raise
+            except (sqlite3.Error, psycopg.Error, OverflowError) as e:
+                if self.lost(e) and attempt < self.max_retries:
+                    delay = self._again(what, e, delay)
+                    continue
+                raise self._failure(what, e) from e
+        raise AssertionError("unreachable")
 
     def stream(self, what: str, sql: str, params: Sequence[Any] = ()) -> Iterator[Row]:
         """The rows of one read query, without holding them all: on a connection of its own, so

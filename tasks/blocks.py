@@ -16,7 +16,6 @@ from workers.services import services
 
 log = logging.getLogger("utxoflow.tasks")
 MISSING_RETRIES = 3  # a block whose bytes are nowhere is reported after this many tries
-ADVANCE_BUDGET_S = 5.0  # a task applies blocks for this long, then hands on: a worker told to stop stops
 
 
 @app.task(name="utxoflow.block.arrived", bind=True, max_retries=None)
@@ -31,10 +30,11 @@ def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
         entry = seq.accept(seq.load(h))
         if entry is None:  # another worker is indexing: soon again
             raise self.retry(countdown=0.2)
-        seq.advance(budget_s=ADVANCE_BUDGET_S)
+        seq.advance(budget_s=svc.settings.block_task_budget)
     except ChainBusy as e:  # another worker applies the chain; it may have missed this block
         raise self.retry(countdown=0.2) from e
     except Unfinished as e:  # the budget ran out: the message goes back, any worker goes on
+        log.info("block %s: the task's budget ran out, it hands the rest of the chain on", block_hash)
         raise self.retry(countdown=0) from e
     except BlockMissing as e:
         if e.block_hash != h:  # another block of the chain: the chain waits for its bytes

@@ -394,6 +394,7 @@ class BlockApplier:
                 if self._save is not None:
                     self._save(self._undo)
             self.utxo.set_conflicting([t], True)
+            twophase.park("conflict_swap")  # (a crash test stops here: marked, spends still held)
             if meta.tx is not None:
                 self.release([meta.tx], lock=lock)
                 outs = self.utxo.get_outputs([(t, v) for v in range(len(meta.tx.outputs))])

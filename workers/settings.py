@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     block_chunk_txs: PositiveInt = 1000  # transactions per unit of a block phase (shared by workers)
     # helper tasks sent per phase at most (0: none); unset: `chunk_helpers()` decides by store
     block_chunk_helpers: NonNegativeInt | None = None
+    # a block task applies the chain this long (then one block more at most), then hands on:
+    # how soon a worker told to stop stops, however long the chain ahead
+    block_task_budget: PositiveSeconds = 5.0
 
     # -- Flower ------------------------------------------------------------------------------------
     flower_address: str = "127.0.0.1"

@@ -23,6 +23,7 @@ CONTRACT_DEFAULTS = {
     "requeue_interval": 10,
     "block_chunk_txs": 1000,  # units of a block phase (README settings)
     "block_chunk_helpers": None,  # by store: 0 on SQLite, else 4
+    "block_task_budget": 5,  # a block task hands the chain on after this long (README settings)
 }
 SEED_DEFAULTS = {
     "pruner_job_timeout": 600,

@@ -1,7 +1,9 @@
-"""A sequencer over real stores: SQLite or PostgreSQL UTXO and state stores, file blobs."""
+"""A sequencer over real stores: SQLite or PostgreSQL UTXO and state stores, file blobs; a
+PostgreSQL database of its own for a test whose worker processes all connect to one."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 from stores.blob import open_blob_store
 from stores.state import open_state_store
 from stores.utxo import open_utxo_store
+from tests.conftest import PG_ADMIN
 from workers.sequencer import Sequencer
 
 BACKENDS = ["sqlite", "postgresql"]
@@ -39,3 +42,20 @@ def seq(urls: tuple[str, str], tmp_path: Path) -> Iterator[Sequencer]:
     yield Sequencer(utxo, state, blobs)
     utxo.close()
     state.close()
+
+
+@pytest.fixture
+def pg_database() -> Iterator[str]:
+    """A PostgreSQL database created for this test alone (and dropped after it): the stores of
+    a pipeline whose workers all connect to it."""
+    name = f"utxoflow_pipe_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=5)
+    except psycopg.Error as e:
+        pytest.fail(f"PostgreSQL is not reachable at {PG_ADMIN}: {e} (.ci/run starts it)")
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -191,6 +191,31 @@ def test_last_block_of_a_killed_worker_is_applied_after_a_restart(pipeline: Pipe
     check_complete(pipeline, chain, base)
 
 
+@pytest.mark.timeout(180)
+def test_a_worker_applying_a_long_chain_stops_on_sigterm(pipeline: Pipeline) -> None:
+    """One task would apply a whole chain of orphans once their parent arrives; told to stop
+    (SIGTERM: Celery's warm shutdown waits for the running task) the worker stops mid-chain,
+    after its task's budget (UTXO_BLOCK_TASK_BUDGET) and the block in hand, handing the rest on
+    as a message of its own; the next worker applies the rest."""
+    chain, base = big_chain(pipeline, 20, 2_500)
+    pipeline.env["UTXO_BLOCK_TASK_BUDGET"] = "0.5"
+    w1 = pipeline.start_worker("w1")
+    pipeline.enqueue("block", chain.blocks[1:])
+    pipeline.wait()
+    assert pipeline.state_counts() == {"applied": 1, "orphan": 19}
+    enqueue = pipeline.enqueue_start("block", chain.blocks[:1])
+    applying_pid(pipeline)
+    w1.send_signal(signal.SIGTERM)
+    w1.wait(timeout=60)  # (the whole chain would take several budgets)
+    enqueue.communicate(timeout=60)
+    assert w1.returncode == 0, pipeline.log("w1")
+    counts = pipeline.state_counts()
+    assert 1 < counts["applied"] < 21 and counts["applied"] + counts["pending"] == 21, counts  # mid-chain
+    assert "hands the rest of the chain on" in pipeline.log("w1"), pipeline.log("w1")
+    pipeline.start_worker("w2")
+    check_complete(pipeline, chain, base)
+
+
 # -- messages no task can run ------------------------------------------------------------------
 
 

@@ -11,18 +11,19 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from stores.blob import open_blob_store
 from stores.state import open_state_store
 from stores.utxo import open_utxo_store
-from tests.pipeline.chains import SNAPSHOT_HASH, SNAPSHOT_HEIGHT, confirmed
+from tests.pipeline.chains import SNAPSHOT_HASH, SNAPSHOT_HEIGHT
 from tests.pipeline.conftest import TABLES
-from tests.pipeline.trees import Tree, make_tree
+from tests.pipeline.trees import Tree, check_store, make_tree
 from workers.sequencer import Sequencer
 
-SEEDS = [1, 2, 3, 5, 8, 13, 21, 34]
+SEEDS = list(range(1, 25))  # the default run's trees; the slow run draws its own
+SLOW_EXAMPLES = 300
 
 
 def run_tree(tree: Tree, utxo_url: str, state_url: str, blobs: str) -> Sequencer:
@@ -34,60 +35,58 @@ def run_tree(tree: Tree, utxo_url: str, state_url: str, blobs: str) -> Sequencer
     return seq
 
 
-def check(seq: Sequencer, tree: Tree) -> None:
-    tip = seq.state.tip()
-    want_hash, want_height = tree.tip()
-    assert tip is not None and (tip.hash, tip.height) == (want_hash, want_height), (tip, want_height)
-    assert confirmed(seq.utxo) == tree.confirmed()
-    spender: dict[tuple[bytes, int], bytes] = {}
-    height_of: dict[bytes, int] = {}
-    for k, txs in enumerate(tree.best_blocks):
-        for t in txs:
-            height_of[t.txid] = SNAPSHOT_HEIGHT + 1 + k
-            if not t.is_coinbase:
-                for i in t.inputs:
-                    spender[(i.prev_txid, i.prev_vout)] = t.txid
-    for txid, h in height_of.items():
-        m = seq.utxo.get(txid)
-        assert not m.conflicting, txid[::-1].hex()
-        assert list(m.block_heights) == [h] and m.unmined_since is None, (txid[::-1].hex(), m)
-    outs = [(t.txid, v) for txs in tree.best_blocks for t in txs for v in range(len(t.outputs))]
-    outs += sorted(tree.base)
-    mined = seq.utxo.mined(sorted({t for t in height_of}))
-    for op, o in seq.utxo.get_outputs(outs).items():
-        if op in spender:
-            assert o.spending_txid == spender[op], op
-        else:  # unspent on the best chain: free, or held by a tx that is not mined
-            assert o.spending_txid is None or o.spending_txid not in mined, op
-
-
 def pg_tables_dropped(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         for table in TABLES:
             conn.execute(f"DROP TABLE IF EXISTS {table}")
 
 
+def run_and_check(seed: int, pg: str | None, **shape: int) -> None:
+    """Grow tree `seed` (of `shape`), apply it in its arrival order over fresh stores (SQLite in
+    a temporary directory, or the PostgreSQL database `pg`, its tables dropped first), check it."""
+    tree = make_tree(seed, **shape)
+    with tempfile.TemporaryDirectory() as d:
+        if pg is None:
+            urls = (f"sqlite:///{d}/utxo.db", f"sqlite:///{d}/state.db")
+        else:
+            pg_tables_dropped(pg)
+            urls = (pg, pg)
+        seq = run_tree(tree, *urls, f"file://{Path(d)}/blobs")
+        try:
+            check_store(tree, seq.utxo, seq.state)
+        finally:
+            seq.utxo.close()
+            seq.state.close()
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 @pytest.mark.timeout(600)
 def test_random_trees(backend: str, request: pytest.FixtureRequest) -> None:
+    """The fixed seed set (Hypothesis' explicit examples only): 2-3 branches of up to 7 blocks."""
     pg = request.getfixturevalue("pg_url") if backend == "postgresql" else None
 
-    @settings(max_examples=len(SEEDS), deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow], derandomize=True)
-    @given(st.sampled_from(SEEDS))
+    @settings(phases=[Phase.explicit], deadline=None, database=None)
+    @given(st.integers(min_value=0))
     def prop(seed: int) -> None:
-        tree = make_tree(seed)
-        with tempfile.TemporaryDirectory() as d:
-            if pg is None:
-                urls = (f"sqlite:///{d}/utxo.db", f"sqlite:///{d}/state.db")
-            else:
-                pg_tables_dropped(pg)
-                urls = (pg, pg)
-            seq = run_tree(tree, *urls, f"file://{Path(d)}/blobs")
-            try:
-                check(seq, tree)
-            finally:
-                seq.utxo.close()
-                seq.state.close()
+        run_and_check(seed, pg)
+
+    for seed in SEEDS:
+        prop = example(seed)(prop)
+    prop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.timeout(3600)
+def test_random_larger_trees(backend: str, request: pytest.FixtureRequest) -> None:
+    """SLOW_EXAMPLES seeds Hypothesis draws (derandomized: the same ones every run, so a failure
+    is reproduced by its seed): 2-4 branches of up to 10 blocks."""
+    pg = request.getfixturevalue("pg_url") if backend == "postgresql" else None
+
+    @settings(max_examples=SLOW_EXAMPLES, deadline=None, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(st.integers(min_value=0, max_value=2**32))
+    def prop(seed: int) -> None:
+        run_and_check(seed, pg, n_branches=4, max_len=9)
 
     prop()

@@ -1,13 +1,82 @@
-"""A reorg through real workers: a heavier branch three blocks deep (one tx mined again, one
-double-spent), then back again; and a refused block, all against the independent model."""
+"""Reorgs through real workers: a heavier branch three blocks deep (one tx mined again, one
+double-spent, the double spend's child in the same block), then back again, on SQLite and
+PostgreSQL; random block trees; a refused block; all against the independent model."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
-from chain import parse_block
-from tests.pipeline.chains import confirmed_model, funding, outpoints, spend
-from tests.pipeline.workers import Pipeline, pipeline_fixture  # noqa: F401  (the fixture)
+from chain import Tx, parse_block
+from tests.pipeline.chains import (
+    SNAPSHOT_HASH,
+    SNAPSHOT_HEIGHT,
+    Chain,
+    confirmed_model,
+    funding,
+    outpoints,
+    spend,
+)
+from tests.pipeline.trees import check_store, make_tree
+from tests.pipeline.workers import Pipeline, pipeline_fixture  # noqa: F401  (fixtures)
+
+BAD_LOG_LINES = ("given up", "Traceback", "invalid", "refused")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_pipeline(request: pytest.FixtureRequest, pipeline: Pipeline) -> Pipeline:
+    """The pipeline with its stores on SQLite, or in a PostgreSQL database of its own."""
+    if request.param == "postgresql":
+        pipeline.use_postgres(request.getfixturevalue("pg_database"))
+    return pipeline
+
+
+@dataclass
+class Story:
+    """The issue's story: a chain A of four blocks, w, x, y, then y's child yc; a heavier branch
+    B from A's first block (three back) that mines x again and double-spends y's input (y2,
+    with its child y2c in the same block), one block longer; then A grows past B, spending
+    yc. `a` holds A's blocks to the fork plus its own."""
+
+    base: set[tuple[bytes, int]]
+    a: Chain
+    b: Chain
+    a_more: list[bytes]
+    y: Tx
+    yc: Tx
+    y2: Tx
+    y2c: Tx
+
+
+def story(pipeline: Pipeline) -> Story:
+    funds = funding(4)
+    a = pipeline.seed(funds)
+    w, x, y = spend((funds[0], 0)), spend((funds[1], 0)), spend((funds[2], 0), n_outputs=2)
+    yc = spend((y, 1))
+    y2 = spend((funds[2], 0), fee=2000)
+    y2c = spend((y2, 0))
+    a.add([w])
+    b = a.fork(0)
+    a.add([x])
+    a.add([y])
+    a.add([yc])
+    b.add([x, y2, y2c])
+    b.add()
+    b.add([spend((funds[3], 0))])
+    b.add()  # B: 5 blocks, A: 4
+    a_more = [a.add([spend((yc, 0))]), a.add()]  # A: 6 blocks
+    a.blocks, a.txs = a.blocks[:4], a.txs[:4]  # what A has before B arrives
+    return Story(outpoints(funds), a, b, a_more, y, yc, y2, y2c)
+
+
+def check_branch(pipeline: Pipeline, chain: Chain, base: set[tuple[bytes, int]]) -> None:
+    assert tip_hash(pipeline) == parse_block(chain.blocks[-1]).hash[::-1].hex(), pipeline.logs()
+    assert pipeline.confirmed() == confirmed_model(chain.txs, base)
+
+
+def conflicting(pipeline: Pipeline, *txs: Tx) -> list[bool]:
+    return [pipeline.tx(t.txid_hex)["conflicting"] for t in txs]  # type: ignore[index]
 
 
 def tip_hash(pipeline: Pipeline) -> str:
@@ -53,6 +122,59 @@ def test_a_reorg_three_deep_and_back_through_two_workers(pipeline: Pipeline) -> 
     assert pipeline.tx(y2.txid_hex)["conflicting"] is True  # type: ignore[index]
     counts = pipeline.state_counts()
     assert counts == {"applied": 6, "side": 4}, counts  # the snapshot's block, 5 + 4 side
+
+
+@pytest.mark.timeout(240)
+def test_the_heavier_branch_wins_and_loses_again(any_pipeline: Pipeline) -> None:
+    """The issue's story with two workers: B wins (y and yc conflicting, x mined in B), then A
+    wins again (y and yc made whole and spent on, y2 and y2c conflicting); no block refused or
+    marked invalid, nothing given up, no traceback in any log."""
+    pipeline = any_pipeline
+    s = story(pipeline)
+    pipeline.start_worker("w1")
+    pipeline.start_worker("w2")
+    pipeline.enqueue("block", s.a.blocks)
+    pipeline.wait()
+    check_branch(pipeline, s.a, s.base)
+    pipeline.enqueue("block", s.b.blocks[1:])
+    pipeline.wait()
+    check_branch(pipeline, s.b, s.base)
+    assert conflicting(pipeline, s.y, s.yc, s.y2, s.y2c) == [True, True, False, False]
+    pipeline.enqueue("block", s.a_more)
+    pipeline.wait()
+    s.a.blocks += s.a_more
+    s.a.txs += [parse_block(r).txs for r in s.a_more]
+    check_branch(pipeline, s.a, s.base)
+    assert conflicting(pipeline, s.y, s.yc, s.y2, s.y2c) == [False, False, True, True]
+    assert pipeline.state_counts() == {"applied": 7, "side": 4}  # the snapshot's block, 6; B's 4
+    logs = pipeline.logs()
+    assert not [line for line in logs.splitlines() if any(b in line for b in BAD_LOG_LINES)], logs
+
+
+@pytest.mark.parametrize("seed", [4, 9, 17])
+@pytest.mark.timeout(300)
+def test_random_trees_through_two_workers(seed: int, any_pipeline: Pipeline) -> None:
+    """A random block tree (tests.pipeline.trees), enqueued in its random arrival order in three
+    parts, two workers at concurrency 2 applying it: the stores end as the tree's model says."""
+    pipeline = any_pipeline
+    tree = make_tree(seed)
+    utxo = pipeline.open_utxo()
+    utxo.import_utxos(tree.snapshot(), height=SNAPSHOT_HEIGHT, block_hash=SNAPSHOT_HASH)
+    utxo.close()
+    pipeline.start_worker("w1", concurrency=2)
+    pipeline.start_worker("w2", concurrency=2)
+    n = len(tree.arrival)
+    for part in (tree.arrival[: n // 3], tree.arrival[n // 3 : 2 * n // 3], tree.arrival[2 * n // 3 :]):
+        pipeline.enqueue("block", part)
+    pipeline.wait(120)
+    utxo, state = pipeline.open_utxo(), pipeline.open_state()
+    try:
+        check_store(tree, utxo, state)
+    finally:
+        utxo.close()
+        state.close()
+    logs = pipeline.logs()
+    assert "Traceback" not in logs and "given up" not in logs, logs
 
 
 @pytest.mark.timeout(120)

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 
 from chain import Tx, TxIn, parse_block
 from chain.build import build_tx, spend_input
-from tests.pipeline.chains import SNAPSHOT_HEIGHT, confirmed_model, script, snapshot_utxos
+from stores.state import StateStore
+from stores.utxo import TxNotFound, UtxoStore
+from tests.pipeline.chains import SNAPSHOT_HEIGHT, confirmed, confirmed_model, script, snapshot_utxos
 from workers.demochain import TAGS, Branch
 
 Outpoint = tuple[bytes, int]
@@ -140,6 +142,7 @@ def make_tree(seed: int, *, n_branches: int = 3, max_len: int = 6) -> Tree:
             b.txs = main.txs[: forks[k] + 1] + b.txs
     tree = Tree(funds, coinbases, branches, forks, best)
     raws = [raw for b in branches for raw in b.blocks]
+    raws += rnd.sample(raws, rnd.randint(0, 2))  # some delivered twice
     rnd.shuffle(raws)
     tree.arrival = raws
     return tree
@@ -173,3 +176,71 @@ def grow(rnd: random.Random, branch: Branch, wallet: Wallet, mined: list[Tx], co
         txs.append(t)
     mined.extend(t for t in txs if t not in mined)
     branch.add(txs)
+
+
+def check_store(tree: Tree, utxo: UtxoStore, state: StateStore) -> None:
+    """The stores hold what a fresh store gets from the tree's best chain alone: its tip, the
+    confirmed set, and every record of the best chain (mined in its block alone, not
+    conflicting, its outputs spent by the best chain's spenders and by nothing else mined)."""
+    tip = state.tip()
+    want_hash, want_height = tree.tip()
+    assert tip is not None and (tip.hash, tip.height) == (want_hash, want_height), (tip, want_height)
+    assert confirmed(utxo) == tree.confirmed()
+    spender: dict[tuple[bytes, int], bytes] = {}
+    height_of: dict[bytes, int] = {}
+    for k, txs in enumerate(tree.best_blocks):
+        for t in txs:
+            height_of[t.txid] = SNAPSHOT_HEIGHT + 1 + k
+            if not t.is_coinbase:
+                for i in t.inputs:
+                    spender[(i.prev_txid, i.prev_vout)] = t.txid
+    for txid, h in height_of.items():
+        m = utxo.get(txid)
+        assert not m.conflicting, txid[::-1].hex()
+        assert list(m.block_heights) == [h] and m.unmined_since is None, (txid[::-1].hex(), m)
+    outs = [(t.txid, v) for txs in tree.best_blocks for t in txs for v in range(len(t.outputs))]
+    outs += sorted(tree.base)
+    mined = utxo.mined(sorted({t for t in height_of}))
+    for op, o in utxo.get_outputs(outs).items():
+        if op in spender:
+            assert o.spending_txid == spender[op], op
+        else:  # unspent on the best chain: free, or held by a tx that is not mined
+            assert o.spending_txid is None or o.spending_txid not in mined, op
+    check_losers(tree, utxo, spender, set(height_of))
+
+
+def check_losers(tree: Tree, utxo: UtxoStore, spender: dict[Outpoint, bytes], best: set[bytes]) -> None:
+    """The transactions only losing branches mined, those the store holds: unmined; conflicting
+    when they (or an ancestor) spend what the best chain spends otherwise or a coinbase only a
+    losing block made; not conflicting, they hold their spends, conflicting, none. (Two
+    losers that double-spend each other only: which one is conflicting depends on the order
+    the branches were best in, so only "at most one holds the output" is checked.)"""
+    losers: list[Tx] = []
+    for b in tree.branches:
+        for txs in b.txs:
+            losers += [t for t in txs if t.txid not in best and t not in losers]
+    dead_coinbases = {t.txid for t in losers if t.is_coinbase}
+    must: set[bytes] = set()  # must be conflicting (parents come before children in `losers`)
+    for t in losers:
+        if not t.is_coinbase and any(
+            spender.get((i.prev_txid, i.prev_vout), t.txid) != t.txid
+            or i.prev_txid in must or i.prev_txid in dead_coinbases for i in t.inputs
+        ):
+            must.add(t.txid)
+    for t in losers:
+        try:
+            m = utxo.get(t.txid)
+        except TxNotFound:
+            continue  # its branch was never the best: never applied
+        name = t.txid[::-1].hex()
+        assert list(m.block_heights) == [], (name, m)
+        if t.txid in must:
+            assert m.conflicting, f"{name} conflicts with the best chain but is not marked"
+        if t.is_coinbase:
+            continue
+        held = utxo.get_outputs([(i.prev_txid, i.prev_vout) for i in t.inputs])
+        holds = [o.spending_txid == t.txid for o in held.values()]
+        if m.conflicting:
+            assert not any(holds), f"{name} is conflicting but still holds spends"
+        else:
+            assert len(holds) == len(t.inputs) and all(holds), f"{name} is in the mempool without its spends"

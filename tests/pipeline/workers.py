@@ -46,6 +46,10 @@ class Pipeline:
         self.workers: list[subprocess.Popen[bytes]] = []
         self.redis = redis.Redis.from_url(broker)
 
+    def use_postgres(self, url: str) -> None:
+        """Keep the UTXO and state stores in the (empty) PostgreSQL database at `url` instead."""
+        self.env["UTXO_STORE_URL"] = self.env["UTXO_STATE_URL"] = url
+
     # -- commands ------------------------------------------------------------------------------
     def utxo(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "workers.cli", *args], env=self.env, cwd=self.tmp,
@@ -99,22 +103,26 @@ class Pipeline:
     def logs(self) -> str:
         return "".join(f"\n--- {p.stem} ---\n{p.read_text(errors='replace')}" for p in self.tmp.glob("*.log"))
 
-    def start_worker(self, name: str) -> subprocess.Popen[bytes]:
-        """A `utxo worker` in a process group of its own (so that a test can kill it whole)."""
-        return self._start(name, ["worker", "-n", f"{name}@test"], b"ready", "worker")
+    def start_worker(self, name: str, concurrency: int = 1, env: dict[str, str] | None = None
+                     ) -> subprocess.Popen[bytes]:
+        """A `utxo worker` (`concurrency` pool children; `env` on top of the pipeline's) in a
+        process group of its own (so that a test can kill it whole)."""
+        return self._start(name, ["worker", "-n", f"{name}@test", "-c", str(concurrency)], b"ready", "worker",
+                           env)
 
     def start_beat(self, name: str = "beat") -> subprocess.Popen[bytes]:
         """`utxo beat`, in a process group of its own, kept with the workers (`stop` stops it
         too); returns once it has started."""
         return self._start(name, ["beat"], b"beat: Starting", "beat")
 
-    def _start(self, name: str, args: list[str], ready: bytes, what: str) -> subprocess.Popen[bytes]:
+    def _start(self, name: str, args: list[str], ready: bytes, what: str, env: dict[str, str] | None = None
+               ) -> subprocess.Popen[bytes]:
         """`utxo ARGS…` logging to NAME.log, kept with the workers; returns once the log shows
         `ready` (fails if the process ends first or takes over a minute)."""
         log = open(self.log_path(name), "ab")
         start = self.log_path(name).stat().st_size
-        p = subprocess.Popen([sys.executable, "-m", "workers.cli", *args], env=self.env, cwd=self.tmp,
-                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        p = subprocess.Popen([sys.executable, "-m", "workers.cli", *args], env={**self.env, **(env or {})},
+                             cwd=self.tmp, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.workers.append(p)
         deadline = time.monotonic() + 60

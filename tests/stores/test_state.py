@@ -339,24 +339,32 @@ def test_bad_arguments_are_processing_errors(store: UtxoStore) -> None:
     assert all(store.get_output((f.txid, v)).state == "unspent" for v in range(3))  # type: ignore[union-attr]
 
 
-def test_a_lost_postgresql_connection_is_a_storage_error_then_recovers(pg_url: str) -> None:
+def test_a_lost_postgresql_connection_is_retried_on_a_new_one(pg_url: str) -> None:
+    """A connection terminated between units: the next unit (a write, a read) runs on a new one,
+    once; a unit that cannot run twice (retry off) leaves as a StorageError naming it."""
     import psycopg
 
     from stores.utxo import StorageError, open_utxo_store
 
     store = open_utxo_store(pg_url)
-    try:
-        f = funding(1)
-        created(store, f)
+
+    def terminate() -> None:
         pid = store.db.backend_pid()  # type: ignore[attr-defined]
         with psycopg.connect(pg_url, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+    try:
+        f = funding(1)
+        created(store, f)
+        terminate()
         c = child((f, 0))
-        with pytest.raises(StorageError, match="spend"):
-            store.spend(c, 101)
-        assert store.get_output((f.txid, 0)).state == "unspent"  # type: ignore[union-attr]
-        store.spend(c, 101)  # the next call reconnects
+        store.spend(c, 101)
+        terminate()
         assert store.get_output((f.txid, 0)).spending_txid == c.txid  # type: ignore[union-attr]
+        terminate()
+        with pytest.raises(StorageError, match=r"once only failed .*AdminShutdown"):
+            store.db.write("once only", lambda cur: cur.execute("SELECT 1"), retry=False)  # type: ignore[attr-defined]
+        assert store.get(f.txid).spent_utxos == 1  # and the store goes on
     finally:
         store.close()
 
