@@ -30,9 +30,10 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from chain import Block, Tx, hash_to_hex
@@ -60,6 +61,11 @@ log = logging.getLogger("utxoflow.blocks")
 MAX_UNITS = 64  # units per phase at most: enough for as many workers, few enough to stay cheap
 # A block is authoritative over `locked`: its spends go through parents a conflict swap locked.
 BLOCK_SPEND = Ignore(locked=True)
+MISSING_OUTPUT = "spends a missing output"
+NOT_ON_CHAIN = "which is not mined on this chain"
+# Refusals that blocks not seen yet may answer (the outputs made, the parent mined, below the
+# chain's first block): provisional while the chain's start is unknown (`workers.sequencer`).
+UNSEEN = (MISSING_OUTPUT, NOT_ON_CHAIN)
 
 
 class BlockRefused(Exception):
@@ -106,21 +112,33 @@ class BlockApplier:
         grows: the mempool transactions made conflicting are added before they are). Raises
         BlockRefused, after taking back what it did, when the block breaks a rule;
         StorageError leaves it for a retry."""
-        self._undo, self._save = undo, save
         created = {bytes.fromhex(h) for h in undo["created"]}
         ctx = {"height": height, "block_id": block_id}
-        try:
-            self.check_known(block, created)
-            self.create_phase(block, created, ctx)
-            self.reclaim(block)
-            skipped = self.spend_phase(block, created, ctx)
-        except BlockRefused:
-            self.rollback(block, undo)
-            raise
+        with self._noting(undo, save):
+            try:
+                self.check_known(block, created)
+                self.create_phase(block, created, ctx)
+                self.reclaim(block)
+                skipped = self.spend_phase(block, created, ctx)
+            except BlockRefused:
+                self.rollback(block, undo)
+                raise
         self.mine_phase(block, ctx)
         if height > 0:  # a base block without BIP34 is height 0, which no store height may be
             self.utxo.set_block_height(height)
         return {"txs": len(block.txs), "created": len(created), "missing_inputs": skipped}
+
+    @contextlib.contextmanager
+    def _noting(
+        self, undo: dict[str, Any] | None, save: Callable[[dict[str, Any]], None] | None
+    ) -> Iterator[None]:
+        """Conflict swaps note themselves in `undo` (written again by `save`) while inside, and
+        nowhere after: a disconnect, or the next block, never writes into this block's record."""
+        self._undo, self._save = undo, save
+        try:
+            yield
+        finally:
+            self._undo, self._save = None, None
 
     def check_known(self, block: Block, created: set[bytes]) -> None:
         """Rules that need the store before anything changes: a tx of the block must not be
@@ -148,7 +166,7 @@ class BlockApplier:
                     what = "conflicting tx" if i.prev_txid in conflicting else "tx"
                     raise BlockRefused(
                         f"tx {t.txid_hex} input {vin}: spends an output of {what} "
-                        f"{hash_to_hex(i.prev_txid)}, which is not mined on this chain"
+                        f"{hash_to_hex(i.prev_txid)}, {NOT_ON_CHAIN}"
                     )
 
     # -- the phases, as units a fanout runs ------------------------------------------------------
@@ -240,6 +258,7 @@ class BlockApplier:
         so that it spends in the spend phase and its children spend from it. Each is noted in
         the undo record first: a take-back makes it conflicting again."""
         again = self.utxo.existing([t.txid for t in block.txs], conflicting=True)
+        in_block = {t.txid for t in block.txs}
         for tx in block.txs:
             if tx.txid not in again:
                 continue
@@ -248,6 +267,13 @@ class BlockApplier:
                 o.spending_txid for o in self.utxo.get_outputs(ops).values()
                 if o.spending_txid is not None and o.spending_txid != tx.txid
             })
+            for r in rivals:  # the same rule as a spend that meets another spender (_resolve)
+                if r in in_block:
+                    raise BlockRefused(f"tx {tx.txid_hex}: double spend within the block "
+                                       f"(tx {hash_to_hex(r)} spends its inputs too)")
+                if self._mined(r):
+                    raise BlockRefused(f"tx {tx.txid_hex}: spends an output already spent on this chain "
+                                       f"(by tx {hash_to_hex(r)})")
             self.make_conflicting(rivals)
             if self._undo is not None:
                 self._undo.setdefault("reclaimed", []).append(tx.txid.hex())
@@ -318,7 +344,7 @@ class BlockApplier:
                             spent = {(s.txid, s.vout) for s in r}
                             vin, i = next((k, i) for k, i in enumerate(tx.inputs)
                                           if (i.prev_txid, i.prev_vout) not in spent)
-                            raise BlockRefused(f"tx {tx.txid_hex} input {vin}: spends a missing output "
+                            raise BlockRefused(f"tx {tx.txid_hex} input {vin}: {MISSING_OUTPUT} "
                                                f"(parent tx {hash_to_hex(i.prev_txid)} not found)")
                         skipped += left_out
                     continue
@@ -353,7 +379,7 @@ class BlockApplier:
             elif isinstance(e, TxCoinbaseImmature):
                 raise BlockRefused(f"{where}: spends an immature coinbase ({e})")
             elif isinstance(e, TxNotFound):  # the parent, or the output, does not exist
-                raise BlockRefused(f"{where}: spends a missing output ({e})")
+                raise BlockRefused(f"{where}: {MISSING_OUTPUT} ({e})")
             elif isinstance(e, (TxConflicting, UtxoFrozen, UtxoMismatch)):
                 raise BlockRefused(f"{where}: {e}")
             else:
@@ -369,9 +395,17 @@ class BlockApplier:
         locking the parents (those not locked already are noted in the undo record first, and
         unlocked by `unlock_swapped`), so that the outputs they spent go to the chain's
         transaction and to no one else meanwhile. Each is noted in the undo record first: a
-        block refused later gives them back what they had."""
+        block refused later gives them back what they had.
+
+        The whole tree is marked first (parents first), then the spends are released leaves
+        first: until the end, the roots hold the outputs they were found by, so a swap cut
+        short by a crash is found again from the same roots and finished. Idempotent: one
+        found conflicting already is not noted again (a refused block leaves it conflicting,
+        without the spends a crash left it), but its spends are released and its descendants
+        walked all the same."""
         todo = list(txids)
         seen: set[bytes] = set()
+        marked: list[Tx] = []
         while todo:
             t = todo.pop(0)  # parents before their descendants: the order `restore` replays
             if t in seen:
@@ -381,25 +415,32 @@ class BlockApplier:
                 meta = self.utxo.get(t)
             except TxNotFound:
                 continue
-            if meta.conflicting:
-                continue
             tx = meta.tx
             parents: list[bytes] = []
-            if tx is not None and not tx.is_coinbase and lock:
+            if tx is not None and not tx.is_coinbase and lock and (not meta.conflicting or self._holds(tx)):
                 parents = self._unlocked(sorted({i.prev_txid for i in tx.inputs}))
-            if self._undo is not None:
-                self._undo.setdefault("conflicted", []).append(t.hex())
+            if self._undo is not None and (parents or not meta.conflicting):
+                if not meta.conflicting:
+                    self._undo.setdefault("conflicted", []).append(t.hex())
                 locked = self._undo.setdefault("locked", [])
                 locked += [p.hex() for p in parents if p.hex() not in locked]
                 if self._save is not None:
                     self._save(self._undo)
-            self.utxo.set_conflicting([t], True)
+            if not meta.conflicting:
+                self.utxo.set_conflicting([t], True)
+                log.info("tx %s is conflicting with the chain", hash_to_hex(t))
             twophase.park("conflict_swap")  # (a crash test stops here: marked, spends still held)
-            if meta.tx is not None:
-                self.release([meta.tx], lock=lock)
-                outs = self.utxo.get_outputs([(t, v) for v in range(len(meta.tx.outputs))])
+            if tx is not None:
+                marked.append(tx)
+                outs = self.utxo.get_outputs([(t, v) for v in range(len(tx.outputs))])
                 todo += [o.spending_txid for o in outs.values() if o.spending_txid is not None]
-            log.info("tx %s is conflicting with the chain", hash_to_hex(t))
+        for tx in reversed(marked):
+            self.release([tx], lock=lock)
+
+    def _holds(self, tx: Tx) -> bool:
+        """`tx` is the stored spender of one of its inputs at least."""
+        outs = self.utxo.get_outputs([(i.prev_txid, i.prev_vout) for i in tx.inputs])
+        return any(o.spending_txid == tx.txid for o in outs.values())
 
     def release(self, txs: Sequence[Tx], lock: bool = False) -> None:
         """Take back the spends these transactions made, and only theirs: an output is freed
@@ -467,15 +508,18 @@ class BlockApplier:
             if mined:
                 self.utxo.mark_on_longest_chain(mined, False)
                 self.utxo.set_mined_multi(mined, block_id, undo["height"], unset=True, on_longest_chain=False)
-        self._undo = undo
-        reclaimed = [bytes.fromhex(h) for h in undo.get("reclaimed", [])]
-        for t in reversed(reclaimed):  # conflicting again, their spends given back to the rivals
-            meta = self.utxo.get(t)
-            if meta.tx is not None:
-                self.release([meta.tx])
-            self.utxo.set_conflicting([t], True)
-        self.restore([bytes.fromhex(h) for h in undo.get("conflicted", [])], undo.get("height", 0))
-        self.unlock_swapped()
+        with self._noting(undo, None):
+            reclaimed = [bytes.fromhex(h) for h in undo.get("reclaimed", [])]
+            for t in reversed(reclaimed):  # conflicting again, their spends given back to the rivals
+                try:
+                    meta = self.utxo.get(t)
+                except TxNotFound:
+                    continue  # expired since: nothing to give back
+                if meta.tx is not None:
+                    self.release([meta.tx])
+                self.utxo.set_conflicting([t], True)
+            self.restore([bytes.fromhex(h) for h in undo.get("conflicted", [])], undo.get("height", 0))
+            self.unlock_swapped()
 
     def _block_ids(self, txid: bytes) -> list[int]:
         try:

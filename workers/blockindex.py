@@ -13,7 +13,9 @@ Invariants:
   block a UTXO snapshot was taken at. Whenever a block arrives that makes the base's parent known
   — directly, or through orphans — the root of that ancestry is to be the base: a rebase is
   noted (meta `rebase`), and the chain's holder carries it out (`Sequencer`): whatever the
-  arrival order, the chain found is the one an ordered pass finds.
+  arrival order, the chain found is the one an ordered pass finds. A block refused for spending
+  outputs no block seen made, while the base's parent is unknown, is placed again when a block
+  arrives below it (`provisional`): the outputs may be in that block's ancestry.
 - Every walk over descendants is `descend`, breadth first, each block once.
 """
 
@@ -53,6 +55,8 @@ BASE = "base"  # state meta: the hash of the chain's base block
 REBASE = "rebase"  # state meta: the block that is to become the base (carried out by the chain)
 SNAPSHOT = "UTXO snapshot"  # the reason field of a snapshot's base block (it has no bytes)
 PARENT_INVALID = "its parent is invalid"
+# the end of a refusal's reason that an earlier block may undo (see `provisional`)
+START_UNKNOWN = "(the chain's start is not known yet: placed again if an earlier block arrives)"
 PARSED_KEPT = 8  # blocks kept parsed
 
 
@@ -175,7 +179,7 @@ class BlockIndex:
         """Where `kid` stands below `parent` as `parent` now stands: invalid after an invalid
         parent, an orphan below an orphan, else connected (its height and work from the
         parent's). A block invalid on its own stays so."""
-        if kid.status is BlockStatus.INVALID and kid.reason != PARENT_INVALID:
+        if kid.status is BlockStatus.INVALID and kid.reason != PARENT_INVALID and not provisional(kid):
             return BlockChange(kid.hash)
         if parent.status is BlockStatus.INVALID:
             return BlockChange(kid.hash, status=BlockStatus.INVALID, reason=PARENT_INVALID)
@@ -256,7 +260,8 @@ class BlockIndex:
         if entry.status is BlockStatus.INVALID:
             log.warning("block %s is invalid: %s", block.hash_hex, entry.reason)
         if entry.status is not BlockStatus.ORPHAN:  # orphans below it: invalid, or connected now
-            self.state.commit(blocks=self.rederive(entry, lambda e: e.status is BlockStatus.ORPHAN))
+            below = self.rederive(entry, lambda e: e.status is BlockStatus.ORPHAN or placed_again(e))
+            self.state.commit(blocks=below)
         return entry
 
     def _revive(self, block: Block, known: BlockEntry) -> BlockEntry:
@@ -293,22 +298,36 @@ class BlockIndex:
         b = self.state.get_meta(BASE)
         return None if b is None else self.state.get_block(bytes.fromhex(b))
 
-    def _note_rebase(self) -> None:
-        """When the base's parent is known now (directly or through orphans), note the root of
-        its ancestry as the base to be: the chain's holder carries it out."""
+    def start_known(self) -> bool:
+        """Nothing can arrive below the chain's base: it is a snapshot's block, a genesis block,
+        or follows a well-known genesis (whose coinbase no one can spend)."""
         base = self.base()
-        if base is None or base.reason == SNAPSHOT or self.state.get_meta(REBASE) is not None:
-            return
+        return base is not None and (
+            base.reason == SNAPSHOT or base.parent == b"\x00" * 32 or base.parent in GENESIS
+        )
+
+    def rebase_root(self) -> BlockEntry | None:
+        """The root of the base's known ancestry, when that is not the base itself: the block
+        the chain is to start from (found afresh each time: more ancestors may have arrived
+        since a rebase was noted)."""
+        base = self.base()
+        if base is None or self.start_known():  # (a genesis arriving below it is an orphan)
+            return None
         root = base
         for above in self.ancestry(base):
             root = above
-        if root.hash != base.hash:
-            log.warning(
-                "block %s is an ancestor of the base %s: the chain starts there (a rebase)",
-                root.hash[::-1].hex(),
-                base.hash[::-1].hex(),
-            )
-            self.state.set_meta(REBASE, root.hash.hex())
+        return None if root.hash == base.hash else root
+
+    def _note_rebase(self) -> None:
+        """When the base's parent is known now (directly or through orphans), note the root of
+        its ancestry as the base to be: the chain's holder carries it out."""
+        root = self.rebase_root()
+        if root is None or self.state.get_meta(REBASE) == root.hash.hex():
+            return
+        log.warning(
+            "block %s is an ancestor of the base: the chain starts there (a rebase)", root.hash[::-1].hex()
+        )
+        self.state.set_meta(REBASE, root.hash.hex())
 
     def ancestry(self, e: BlockEntry) -> Iterator[BlockEntry]:
         """`e`'s ancestors in the index, parent first, as far as they are known."""
@@ -323,6 +342,17 @@ class BlockIndex:
         e = self.state.get_block(h)
         assert e is not None
         return e
+
+
+def placed_again(e: BlockEntry) -> bool:
+    """Refused for where it stood, not for itself: a block arriving below it places it again."""
+    return provisional(e) or (e.status is BlockStatus.INVALID and e.reason == PARENT_INVALID)
+
+
+def provisional(e: BlockEntry) -> bool:
+    """Refused for spending outputs no block seen so far made, while the chain's start was not
+    known: an ancestor arriving later places it again."""
+    return e.status is BlockStatus.INVALID and (e.reason or "").endswith(START_UNKNOWN)
 
 
 def connected_status(work: int, tip_work: int | None) -> BlockStatus:

@@ -13,17 +13,22 @@ Invariants:
   undo record marked and the tip moved; a block disconnected and the tip moved down; a block
   refused with its descendants. The UTXO store's part of a step comes first; a worker that dies
   between the two leaves the `applying` mark, and the next holder takes the block back and
-  applies it again. So the chain is never seen lower than where it was, nor an applied block
-  above the tip.
+  applies it again; or the `disconnecting` mark (written before a disconnection's first
+  change), and the next holder finishes the disconnection. So the chain is never seen lower
+  than where it was, nor an applied block above the tip, nor a block half off the chain.
 - A rebase the index noted (a block arrived that the base descends from) is carried out before
   anything else: every applied block is taken back whole (its records were made at the old
   heights), and every block below the new base is placed again. It is idempotent: a worker
   that dies half way leaves the note, and the next holder does it again.
 - A block whose ancestor is invalid is invalid; the best candidate is checked for that before it
   is applied, so a refusal is never retried without something new having arrived.
-- Undo records of blocks more than the retention below the tip are deleted.
-- `advance` stops after its time budget (`Unfinished`), between blocks, so that a worker told to
-  stop does so within seconds; whoever calls it again goes on from there.
+- Undo records of blocks more than the retention below the tip are deleted — once nothing can
+  arrive below the base (`BlockIndex.start_known`); until then a rebase needs them all.
+- A block refused for spending outputs no block seen made, while the chain's start is unknown,
+  says so in its reason, and is placed again when an earlier block arrives.
+- `advance` stops after its time budget (`Unfinished`), between blocks (applied, disconnected or
+  taken back by a rebase), so that a worker told to stop does so within seconds; whoever calls
+  it again goes on from there.
 """
 
 from __future__ import annotations
@@ -39,14 +44,24 @@ from stores.errors import StorageError
 from stores.lease import holder_id
 from stores.state import BlockChange, BlockEntry, BlockStatus, StateStore
 from stores.utxo import UtxoStore
-from workers.blockapply import BlockApplier, BlockRefused
-from workers.blockindex import BASE, INDEX_LEASE, REBASE, SNAPSHOT, BlockIndex, Blocks, base_height
+from workers.blockapply import UNSEEN, BlockApplier, BlockRefused
+from workers.blockindex import (
+    BASE,
+    INDEX_LEASE,
+    REBASE,
+    SNAPSHOT,
+    START_UNKNOWN,
+    BlockIndex,
+    Blocks,
+    base_height,
+)
 from workers.fanout import Fanout, LocalFanout, settle_block
 
 log = logging.getLogger("utxoflow.sequencer")
 
 LEASE = "chain"  # applying the best chain
 APPLYING = "applying"  # state meta: the block being applied now (its undo record says what is new)
+DISCONNECTING = "disconnecting"  # state meta: the block being taken off the chain now
 
 
 class ChainBusy(Exception):
@@ -124,11 +139,16 @@ class Sequencer:
         Returns the tip (None: nothing applied yet); raises ChainBusy at once when another
         worker holds the chain, Unfinished when `budget_s` ran out first."""
         start = time.monotonic()
+
+        def check_budget() -> None:  # after a step at least: every call gets somewhere
+            if budget_s is not None and time.monotonic() - start > budget_s:
+                raise Unfinished()
+
         with self.lease() as mine:
             if not mine:
                 raise ChainBusy()
-            self._rebase()
             self._take_back_unfinished()
+            self._rebase(check_budget)
             while True:
                 best = self.state.best_candidate()
                 tip = self.state.tip()
@@ -148,13 +168,14 @@ class Sequencer:
                     )
                     continue
                 for e in down:
+                    self._renew()
                     self._disconnect(e)
+                    check_budget()
                 for e in up:
                     self._renew()
                     if not self._apply(e):
                         break  # refused: the best chain is another one now
-                    if budget_s is not None and time.monotonic() - start > budget_s:
-                        raise Unfinished()  # after a block at least: every call gets somewhere
+                    check_budget()
 
     def _path(
         self, tip: BlockEntry | None, best: BlockEntry
@@ -198,8 +219,17 @@ class Sequencer:
             raise StorageError("the chain lease was lost: another worker applies the chain now")
 
     def _take_back_unfinished(self) -> None:
-        """A worker died while applying a block (the `applying` mark names it): take back what
-        it did before anything else, whether or not that block is still on the best chain."""
+        """A worker died while disconnecting a block (the `disconnecting` mark names it): finish
+        that. One died while applying a block (the `applying` mark): take back what it did,
+        whether or not that block is still on the best chain. Before anything else."""
+        d = self.state.get_meta(DISCONNECTING)
+        if d is not None:
+            e = self.state.get_block(bytes.fromhex(d))
+            if e is not None and e.status is BlockStatus.APPLIED:
+                log.warning("finishing the disconnection of block %s, left half done", e.hash[::-1].hex())
+                self._disconnect(e)
+            else:
+                self.state.commit(meta={DISCONNECTING: None})
         h = self.state.get_meta(APPLYING)
         if h is None:
             return
@@ -229,16 +259,20 @@ class Sequencer:
                 block, e.height, e.block_id, undo, lambda u: self.state.put_undo(e.hash, u)
             )
         except BlockRefused as r:
-            self._invalidate(e, r.reason)
+            unseen = any(u in r.reason for u in UNSEEN) and not self.index.start_known()
+            self._invalidate(e, f"{r.reason} {START_UNKNOWN}" if unseen else r.reason)
             return False
         finally:
             self.applier.heartbeat = _no_beat
+        # undo records are kept while a rebase may still take every block back whole
+        keep = not self.retention or not self.index.start_known()
+        prune_below = None if keep else e.height - self.retention
         self.state.commit(
             blocks=[BlockChange(e.hash, status=BlockStatus.APPLIED)],
             tip=e.hash,
             undo={e.hash: undo | {"state": "applied"}},
             meta={APPLYING: None},
-            prune_undo_below=e.height - self.retention if self.retention else None,
+            prune_undo_below=prune_below,
         )
         log.info(
             "applied block %s at height %d: %s in %.2f s",
@@ -267,9 +301,13 @@ class Sequencer:
         """A reorg takes this applied block off the best chain: its transactions stay, unmined."""
         assert e.height is not None
         block = self.load(e.hash)
+        self.state.commit(meta={DISCONNECTING: e.hash.hex()})  # from here on it is finished
         self.applier.disconnect(block, e.height, e.block_id)
         self.state.commit(
-            blocks=[BlockChange(e.hash, status=BlockStatus.SIDE)], tip=self._below(e), undo={e.hash: None}
+            blocks=[BlockChange(e.hash, status=BlockStatus.SIDE)],
+            tip=self._below(e),
+            undo={e.hash: None},
+            meta={DISCONNECTING: None},
         )
         log.info("disconnected block %s at height %d", block.hash_hex, e.height)
 
@@ -303,21 +341,24 @@ class Sequencer:
         ]
         self.state.commit(blocks=changes, undo={e.hash: None}, meta={APPLYING: None})
 
-    def _rebase(self) -> None:
+    def _rebase(self, check_budget: Callable[[], None]) -> None:
         """Carry out a rebase the index noted (see the invariants)."""
-        note = self.state.get_meta(REBASE)
-        if note is None:
+        if self.state.get_meta(REBASE) is None:
             return
-        root_hash = bytes.fromhex(note)
         tip = self.state.tip()
         while tip is not None and tip.reason != SNAPSHOT:
             self._renew()
             self._take_back(tip)
+            check_budget()
             tip = self.state.tip()
         with self.lease(INDEX_LEASE, 30.0) as mine:  # the heights change under the index's feet
             if not mine:
                 raise ChainBusy()
-            root = self.index.entry(root_hash)
+            root = self.index.rebase_root()  # (ancestors that arrived since the note count)
+            if root is None:
+                self.state.commit(meta={REBASE: None})
+                return
+            root_hash = root.hash
             block = self.load(root_hash)
             reason = self.blocks.check(block)
             status = BlockStatus.INVALID if reason else BlockStatus.PENDING
