@@ -267,13 +267,9 @@ class BlockApplier:
                 o.spending_txid for o in self.utxo.get_outputs(ops).values()
                 if o.spending_txid is not None and o.spending_txid != tx.txid
             })
-            for r in rivals:  # the same rule as a spend that meets another spender (_resolve)
-                if r in in_block:
-                    raise BlockRefused(f"tx {tx.txid_hex}: double spend within the block "
-                                       f"(tx {hash_to_hex(r)} spends its inputs too)")
-                if self._mined(r):
-                    raise BlockRefused(f"tx {tx.txid_hex}: spends an output already spent on this chain "
-                                       f"(by tx {hash_to_hex(r)})")
+            for r in rivals:
+                detail = f"its inputs are spent by {hash_to_hex(r)}"
+                self._refuse_if_ours(f"tx {tx.txid_hex}", r, in_block, detail)
             self.make_conflicting(rivals)
             if self._undo is not None:
                 self._undo.setdefault("reclaimed", []).append(tx.txid.hex())
@@ -365,10 +361,7 @@ class BlockApplier:
             where = f"tx {tx.txid_hex} input {vin}"
             if isinstance(e, UtxoSpent):
                 spender = e.spending_txid
-                if spender in in_block:
-                    raise BlockRefused(f"{where}: double spend within the block ({e})")
-                if self._mined(spender):
-                    raise BlockRefused(f"{where}: spends an output already spent on this chain ({e})")
+                self._refuse_if_ours(where, spender, in_block, str(e))
                 if conflicts:
                     self.make_conflicting([spender])
                 else:
@@ -385,6 +378,15 @@ class BlockApplier:
             else:
                 raise BlockRefused(f"{where}: {e}")
         return verdict
+
+    def _refuse_if_ours(self, where: str, spender: bytes, in_block: set[bytes], detail: str) -> None:
+        """An output the block spends is spent by `spender`: a refusal when that is a tx of the
+        block (a double spend within it) or one mined on this chain; a spender that is neither
+        is the one made conflicting (a spend, or a reclaim)."""
+        if spender in in_block:
+            raise BlockRefused(f"{where}: double spend within the block ({detail})")
+        if self._mined(spender):
+            raise BlockRefused(f"{where}: spends an output already spent on this chain ({detail})")
 
     def _mined(self, txid: bytes) -> bool:
         """Mined on this chain, or pruned (only records mined on the chain ever are)."""

@@ -303,12 +303,7 @@ class Sequencer:
         block = self.load(e.hash)
         self.state.commit(meta={DISCONNECTING: e.hash.hex()})  # from here on it is finished
         self.applier.disconnect(block, e.height, e.block_id)
-        self.state.commit(
-            blocks=[BlockChange(e.hash, status=BlockStatus.SIDE)],
-            tip=self._below(e),
-            undo={e.hash: None},
-            meta={DISCONNECTING: None},
-        )
+        self._off_chain(e, meta={DISCONNECTING: None})
         log.info("disconnected block %s at height %d", block.hash_hex, e.height)
 
     def _take_back(self, e: BlockEntry) -> None:
@@ -320,14 +315,19 @@ class Sequencer:
             self._disconnect(e)
             return
         self.applier.rollback(self.load(e.hash), undo)
-        self.state.commit(
-            blocks=[BlockChange(e.hash, status=BlockStatus.SIDE)], tip=self._below(e), undo={e.hash: None}
-        )
+        self._off_chain(e)
 
-    def _below(self, e: BlockEntry) -> bytes | None:
-        """The tip once `e` is off the chain: its parent if that is applied (the base has none)."""
+    def _off_chain(self, e: BlockEntry, meta: dict[str, str | None] | None = None) -> None:
+        """Commit `e` off the chain (its UTXO part done): side, its undo record gone, the tip at
+        its parent if that is applied (the base has none); `meta` in the same commit."""
         p = self.state.get_block(e.parent)
-        return p.hash if p is not None and p.status is BlockStatus.APPLIED else None
+        below = p.hash if p is not None and p.status is BlockStatus.APPLIED else None
+        self.state.commit(
+            blocks=[BlockChange(e.hash, status=BlockStatus.SIDE)],
+            tip=below,
+            undo={e.hash: None},
+            meta=meta or {},
+        )
 
     def _invalidate(self, e: BlockEntry, reason: str) -> None:
         """Refuse a block: it and every descendant are invalid (one commit), nothing of it stays."""

@@ -28,10 +28,15 @@ def urls(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/utxo.db", f"sqlite:///{tmp_path}/state.db"
     url: str = request.getfixturevalue("pg_url")
+    drop_tables(url)
+    return url, url
+
+
+def drop_tables(url: str) -> None:
+    """Drop the stores' tables in the test database `url` (one of the session's own)."""
     with psycopg.connect(url, autocommit=True) as conn:
         for table in TABLES:
             conn.execute(f"DROP TABLE IF EXISTS {table}")
-    return url, url
 
 
 @pytest.fixture

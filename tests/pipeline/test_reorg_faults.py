@@ -17,9 +17,8 @@ import pytest
 
 from chain import parse_block
 from tests.conftest import PG_ADMIN
-from tests.pipeline.chains import SNAPSHOT_HASH, SNAPSHOT_HEIGHT
-from tests.pipeline.test_reorg_workers import check_branch, conflicting, story
-from tests.pipeline.trees import Tree, check_store, make_tree
+from tests.pipeline.test_reorg_workers import check_branch, check_tree, conflicting, seed_tree, story
+from tests.pipeline.trees import Tree, make_tree
 from tests.pipeline.workers import Pipeline, children, pipeline_fixture, until  # noqa: F401
 from workers.sequencer import APPLYING
 
@@ -119,16 +118,13 @@ def terminated_run(pipeline: Pipeline, db_url: str, seed: int) -> tuple[Tree, in
     many connections were terminated)."""
     pipeline.use_postgres(db_url)
     tree = make_tree(seed, max_len=10)
-    utxo = pipeline.open_utxo()
-    utxo.import_utxos(tree.snapshot(), height=SNAPSHOT_HEIGHT, block_hash=SNAPSHOT_HASH)
-    utxo.close()
+    seed_tree(pipeline, tree)
     for k in range(4):
         pipeline.start_worker(f"w{k}", concurrency=2)
     killer = Terminator(db_url.rsplit("/", 1)[1], seed)
     killer.start()
     try:
-        n = len(tree.arrival)
-        for part in (tree.arrival[: n // 3], tree.arrival[n // 3 : 2 * n // 3], tree.arrival[2 * n // 3 :]):
+        for part in tree.parts():
             pipeline.enqueue("block", part)
         pipeline.wait(240)
     finally:
@@ -140,12 +136,11 @@ def check_terminated_run(pipeline: Pipeline, tree: Tree, killed: int) -> None:
     """The stores equal the tree's model (which a calm single-process run is held to in
     test_reorg_fuzz), whatever the kills hit; the workers lived through them."""
     assert killed >= 10, f"only {killed} connections terminated: the run was too calm to mean anything"
-    utxo, state = pipeline.open_utxo(), pipeline.open_state()
+    check_tree(pipeline, tree)
+    state = pipeline.open_state()
     try:
-        check_store(tree, utxo, state)
         assert state.get_meta(APPLYING) is None
     finally:
-        utxo.close()
         state.close()
     assert all(p.poll() is None for p in pipeline.workers), pipeline.logs()
     logs = pipeline.logs()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import psycopg
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
@@ -17,8 +16,7 @@ from hypothesis import strategies as st
 from stores.blob import open_blob_store
 from stores.state import open_state_store
 from stores.utxo import open_utxo_store
-from tests.pipeline.chains import SNAPSHOT_HASH, SNAPSHOT_HEIGHT
-from tests.pipeline.conftest import TABLES
+from tests.pipeline.conftest import drop_tables
 from tests.pipeline.trees import Tree, check_store, make_tree
 from workers.sequencer import Sequencer
 
@@ -28,17 +26,11 @@ SLOW_EXAMPLES = 300
 
 def run_tree(tree: Tree, utxo_url: str, state_url: str, blobs: str) -> Sequencer:
     utxo = open_utxo_store(utxo_url, blob_url=blobs)
-    utxo.import_utxos(tree.snapshot(), height=SNAPSHOT_HEIGHT, block_hash=SNAPSHOT_HASH)
+    tree.seed(utxo)
     seq = Sequencer(utxo, open_state_store(state_url), open_blob_store(blobs))
     for raw in tree.arrival:
         seq.submit(raw)
     return seq
-
-
-def pg_tables_dropped(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        for table in TABLES:
-            conn.execute(f"DROP TABLE IF EXISTS {table}")
 
 
 def run_and_check(seed: int, pg: str | None, **shape: int) -> None:
@@ -49,7 +41,7 @@ def run_and_check(seed: int, pg: str | None, **shape: int) -> None:
         if pg is None:
             urls = (f"sqlite:///{d}/utxo.db", f"sqlite:///{d}/state.db")
         else:
-            pg_tables_dropped(pg)
+            drop_tables(pg)
             urls = (pg, pg)
         seq = run_tree(tree, *urls, f"file://{Path(d)}/blobs")
         try:

@@ -10,15 +10,13 @@ import pytest
 
 from chain import Tx, parse_block
 from tests.pipeline.chains import (
-    SNAPSHOT_HASH,
-    SNAPSHOT_HEIGHT,
     Chain,
     confirmed_model,
     funding,
     outpoints,
     spend,
 )
-from tests.pipeline.trees import check_store, make_tree
+from tests.pipeline.trees import Tree, check_store, make_tree
 from tests.pipeline.workers import Pipeline, pipeline_fixture  # noqa: F401  (fixtures)
 
 BAD_LOG_LINES = ("given up", "Traceback", "invalid", "refused")
@@ -73,6 +71,24 @@ def story(pipeline: Pipeline) -> Story:
 def check_branch(pipeline: Pipeline, chain: Chain, base: set[tuple[bytes, int]]) -> None:
     assert tip_hash(pipeline) == parse_block(chain.blocks[-1]).hash[::-1].hex(), pipeline.logs()
     assert pipeline.confirmed() == confirmed_model(chain.txs, base)
+
+
+def seed_tree(pipeline: Pipeline, tree: Tree) -> None:
+    utxo = pipeline.open_utxo()
+    try:
+        tree.seed(utxo)
+    finally:
+        utxo.close()
+
+
+def check_tree(pipeline: Pipeline, tree: Tree) -> None:
+    """The pipeline's stores hold what the tree's model says (`trees.check_store`)."""
+    utxo, state = pipeline.open_utxo(), pipeline.open_state()
+    try:
+        check_store(tree, utxo, state)
+    finally:
+        utxo.close()
+        state.close()
 
 
 def conflicting(pipeline: Pipeline, *txs: Tx) -> list[bool]:
@@ -158,21 +174,13 @@ def test_random_trees_through_two_workers(seed: int, any_pipeline: Pipeline) -> 
     parts, two workers at concurrency 2 applying it: the stores end as the tree's model says."""
     pipeline = any_pipeline
     tree = make_tree(seed)
-    utxo = pipeline.open_utxo()
-    utxo.import_utxos(tree.snapshot(), height=SNAPSHOT_HEIGHT, block_hash=SNAPSHOT_HASH)
-    utxo.close()
+    seed_tree(pipeline, tree)
     pipeline.start_worker("w1", concurrency=2)
     pipeline.start_worker("w2", concurrency=2)
-    n = len(tree.arrival)
-    for part in (tree.arrival[: n // 3], tree.arrival[n // 3 : 2 * n // 3], tree.arrival[2 * n // 3 :]):
+    for part in tree.parts():
         pipeline.enqueue("block", part)
     pipeline.wait(120)
-    utxo, state = pipeline.open_utxo(), pipeline.open_state()
-    try:
-        check_store(tree, utxo, state)
-    finally:
-        utxo.close()
-        state.close()
+    check_tree(pipeline, tree)
     logs = pipeline.logs()
     assert "Traceback" not in logs and "given up" not in logs, logs
 

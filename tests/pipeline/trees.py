@@ -21,7 +21,14 @@ from chain import Tx, TxIn, parse_block
 from chain.build import build_tx, spend_input
 from stores.state import StateStore
 from stores.utxo import TxNotFound, UtxoStore
-from tests.pipeline.chains import SNAPSHOT_HEIGHT, confirmed, confirmed_model, script, snapshot_utxos
+from tests.pipeline.chains import (
+    SNAPSHOT_HASH,
+    SNAPSHOT_HEIGHT,
+    confirmed,
+    confirmed_model,
+    script,
+    snapshot_utxos,
+)
 from workers.demochain import TAGS, Branch
 
 Outpoint = tuple[bytes, int]
@@ -41,6 +48,15 @@ class Tree:
         return snapshot_utxos(self.funds, SNAPSHOT_HEIGHT) + [
             u for tx, h in self.coinbases for u in snapshot_utxos([tx], h, coinbase=True)
         ]
+
+    def seed(self, utxo: UtxoStore) -> None:
+        """Import the tree's snapshot into an empty store."""
+        utxo.import_utxos(self.snapshot(), height=SNAPSHOT_HEIGHT, block_hash=SNAPSHOT_HASH)
+
+    def parts(self, n: int = 3) -> list[list[bytes]]:
+        """The arrival order cut into `n` consecutive parts (enqueued one after another)."""
+        k = len(self.arrival)
+        return [self.arrival[i * k // n : (i + 1) * k // n] for i in range(n)]
 
     @property
     def base(self) -> set[Outpoint]:
@@ -112,8 +128,6 @@ def make_tree(seed: int, *, n_branches: int = 3, max_len: int = 6) -> Tree:
         genesis.add(t)
     for cb, h in coinbases:
         genesis.add(cb, mature_at=h + 100)
-    from tests.pipeline.chains import SNAPSHOT_HASH
-
     main = Branch(SNAPSHOT_HASH, SNAPSHOT_HEIGHT + 1)
     mined: list[Tx] = []  # every non-coinbase tx of every branch so far (for re-mining)
     cur = genesis.copy()
