@@ -38,13 +38,15 @@ SLOT = slots.SLOT
 REASSIGN_DELAY = 1000  # Teranode's ReAssignedUtxoSpendableAfterBlocks
 
 
-def _slot(
-    parent: Record | None, op: Outpoint, want: bytes, batch_size: int
+def verified_slot(
+    parent: Record | None, op: Outpoint, want: bytes, batch_size: int, *, creating_ok: bool = False
 ) -> tuple[Record, int] | UtxoError:
+    """The record and offset of `op`'s slot, its UTXO hash `want`; else the error: TxNotFound,
+    TxCreating (unless `creating_ok`), UtxoNotFound, UtxoMismatch."""
     name = fmt_outpoint(op)
     if parent is None:
         return TxNotFound(f"tx of {name} not found", outpoint=op)
-    if parent.creating:  # its creation is unfinished: its outputs are not settled yet
+    if parent.creating and not creating_ok:  # its creation is unfinished: outputs not settled
         return TxCreating(f"tx of {name} is still being created", outpoint=op)
     loc = parent.locate(op[1], batch_size)
     if loc is None:
@@ -56,7 +58,7 @@ def _slot(
 
 
 def freeze(parent: Record | None, op: Outpoint, want: bytes, batch_size: int) -> UtxoError | None:
-    loc = _slot(parent, op, want, batch_size)
+    loc = verified_slot(parent, op, want, batch_size)
     if isinstance(loc, UtxoError):
         return loc
     assert parent is not None
@@ -79,7 +81,7 @@ def freeze(parent: Record | None, op: Outpoint, want: bytes, batch_size: int) ->
 def _frozen(
     parent: Record | None, op: Outpoint, want: bytes, batch_size: int
 ) -> tuple[Record, int] | UtxoError:
-    loc = _slot(parent, op, want, batch_size)
+    loc = verified_slot(parent, op, want, batch_size)
     if isinstance(loc, UtxoError):
         return loc
     rec, off = loc

@@ -50,6 +50,7 @@ from stores.utxo.errors import (
     UtxoSpent,
     fmt_outpoint,
 )
+from stores.utxo.kernel.outputs import verified_slot
 from stores.utxo.kernel.record import NO_SPENDABLE, Record
 from stores.utxo.records import Spend, SpendInfo, SpendStatus
 
@@ -281,14 +282,11 @@ def unspend(parent: Record | None, op: Outpoint, want: bytes, batch_size: int) -
     unspend): missing → TxNotFound / UtxoNotFound; another hash → UtxoMismatch; frozen →
     UtxoFrozen; unspent already → nothing to do."""
     name = fmt_outpoint(op)
-    if parent is None:
-        return TxNotFound(f"tx of {name} not found", outpoint=op)
-    loc = parent.locate(op[1], batch_size)
-    if loc is None:
-        return UtxoNotFound(f"output {name} does not exist", outpoint=op)
+    loc = verified_slot(parent, op, want, batch_size, creating_ok=True)
+    if isinstance(loc, UtxoError):
+        return loc
+    assert parent is not None
     rec, off = loc
-    if not rec.utxos.startswith(want, off):
-        return UtxoMismatch(f"output {name}: utxo hash {hash_to_hex(want)} does not match", outpoint=op)
     data = rec.utxos[off + 32 : off + SLOT]
     if data == FROZEN:
         return UtxoFrozen(f"output {name} is frozen: there is no spend to take back", outpoint=op)
