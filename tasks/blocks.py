@@ -1,38 +1,59 @@
-"""Block tasks (queue `blocks`): a block's bytes are in the blob store; the message names it."""
+"""Block tasks (queue `blocks`): a block's bytes are in the blob store; the message names it.
+
+A block task never polls: it indexes its block, then applies the best chain if nobody else is
+applying it; if somebody is, it acknowledges and leaves its block to that worker, which looks
+at the chain again after letting go (workers/sequencer.py). Its message id stays pending until
+the holder's sweep finds the block settled (workers/registry.py), so `utxo wait` still means
+"applied", and the requeue scan sends the message again should the holder die."""
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from celery import Task
 
-from chain import hex_to_hash
+from chain import Block, hex_to_hash
 from stores.errors import StorageError
+from stores.state import BlockEntry
 from workers.app import app
 from workers.blockindex import BlockMissing
-from workers.sequencer import ChainBusy, Unfinished
+from workers.sequencer import ChainBusy, Sequencer, Unfinished
 from workers.services import services
 
 log = logging.getLogger("utxoflow.tasks")
 MISSING_RETRIES = 3  # a block whose bytes are nowhere is reported after this many tries
+INDEX_WAIT_S = 10.0  # how long to wait for another worker's indexing (milliseconds, normally)
+
+
+def accept(seq: Sequencer, block: Block) -> BlockEntry | None:
+    """Index the block, waiting while another worker indexes one (None: still busy after
+    INDEX_WAIT_S): the block is parsed once, not again at every retry."""
+    deadline = time.monotonic() + INDEX_WAIT_S
+    delay = 0.005
+    while (entry := seq.accept(block)) is None and time.monotonic() < deadline:
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    return entry
 
 
 @app.task(name="utxoflow.block.arrived", bind=True, max_retries=None)
 def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
-    """Index the block and apply the best chain. Idempotent: a redelivered message finds the
-    block known and the chain applied. While another worker holds the chain, try again soon:
-    that worker may have finished its pass before this block was indexed."""
+    """Index the block and apply the best chain (see above). Idempotent: a redelivered
+    message finds the block known and the chain applied."""
     svc = services()
     seq = svc.sequencer
     h = hex_to_hash(block_hash)
     try:
-        entry = seq.accept(seq.load(h))
-        if entry is None:  # another worker is indexing: soon again
-            raise self.retry(countdown=0.2)
+        entry = accept(seq, seq.load(h))
+        if entry is None:  # another worker has been indexing for long: later
+            raise self.retry(countdown=1.0)
         seq.advance(budget_s=svc.settings.block_task_budget)
-    except ChainBusy as e:  # another worker applies the chain; it may have missed this block
-        raise self.retry(countdown=0.2) from e
+    except ChainBusy:  # the holder applies it: it looks at the chain again before it lets go
+        log.debug("block %s indexed; the chain's holder applies it", block_hash)
+        assert entry is not None
+        return entry.to_json()
     except Unfinished as e:  # the budget ran out: the message goes back, any worker goes on
         log.info("block %s: the task's budget ran out, it hands the rest of the chain on", block_hash)
         raise self.retry(countdown=0) from e
@@ -49,5 +70,6 @@ def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
         log.warning("block %s: %s (will retry)", block_hash, e)
         raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
     svc.registry.done(ident)
+    svc.registry.sweep_blocks()  # the ids of blocks left to this pass
     now = svc.state.get_block(entry.hash)
     return (now or entry).to_json()

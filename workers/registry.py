@@ -8,6 +8,11 @@ when I started waiting is pending any more" means everything enqueued by then ha
 processed — also when the broker lost its queues meanwhile, since the entries outlive them and
 workers/requeue.py sends their messages again. An id is "<kind>:<key>"; its message is the
 task of that kind with the arguments [key, id].
+
+A block's task that finds another worker applying the chain indexes its block and leaves its id
+pending (workers/sequencer.py: the holder re-checks the best chain before it lets go); the id
+is removed by `sweep_blocks`, which the chain's holder runs after each pass, once the block is
+settled: final (applied, side, invalid, orphan) while the chain is at rest.
 """
 
 from __future__ import annotations
@@ -15,8 +20,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from chain import hex_to_hash
 from stores.state import PENDING_KINDS, StateStore
 from workers.broker import BrokerRun
+
+FINAL = {"applied", "side", "invalid", "orphan"}  # block statuses no pass of the chain changes
 
 
 def parse_ident(ident: str) -> tuple[str, str]:
@@ -43,6 +51,17 @@ class Registry:
     def pending(self) -> set[str]:
         return {e.ident for e in self.state.pending()}
 
+    def sweep_blocks(self) -> int:
+        """Remove the pending block ids that are settled (see above); how many."""
+        from workers.sequencer import chain_at_rest
+
+        final = [e.ident for e in self.state.pending(kind="block") if _final(self.state, e.ident)]
+        if not final or not chain_at_rest(self.state):  # finals first: the rest is checked after
+            return 0
+        for ident in final:
+            self.done(ident)
+        return len(final)
+
     def wait(
         self, timeout: float, poll: float = 0.2, settled: Callable[[str], bool] | None = None
     ) -> bool:
@@ -65,3 +84,23 @@ class Registry:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(poll)
+
+
+def block_settled(state: StateStore) -> Callable[[str], bool]:
+    """Whether a pending id is done anyway: a block that is final while the chain is at rest.
+    A block applied while a pass is still running (which may yet disconnect it, or apply the
+    orphans it connected) is not settled yet; nor is anything but a block."""
+    from workers.sequencer import chain_at_rest  # here: the sequencer imports much
+
+    return lambda ident: _final(state, ident) and chain_at_rest(state)
+
+
+def _final(state: StateStore, ident: str) -> bool:
+    kind, _, h = ident.partition(":")
+    if kind != "block":
+        return False
+    try:
+        e = state.get_block(hex_to_hash(h))
+    except ValueError:  # not an id `utxo enqueue` makes: only its task can settle it
+        return False
+    return e is not None and e.status.value in FINAL

@@ -26,6 +26,10 @@ Invariants:
   arrive below the base (`BlockIndex.start_known`); until then a rebase needs them all.
 - A block refused for spending outputs no block seen made, while the chain's start is unknown,
   says so in its reason, and is placed again when an earlier block arrives.
+- A worker that finds the chain held leaves its block to the holder (tasks/blocks.py), which
+  looks at the best chain once more after releasing the lease and goes on if anything is left:
+  the block was indexed before its worker tried the lease, so before that look. No block waits
+  for a worker to poll.
 - `advance` stops after its time budget (`Unfinished`), between blocks (applied, disconnected or
   taken back by a rebase), so that a worker told to stop does so within seconds; whoever calls
   it again goes on from there.
@@ -144,38 +148,46 @@ class Sequencer:
             if budget_s is not None and time.monotonic() - start > budget_s:
                 raise Unfinished()
 
-        with self.lease() as mine:
-            if not mine:
-                raise ChainBusy()
-            self._take_back_unfinished()
-            self._rebase(check_budget)
-            while True:
-                best = self.state.best_candidate()
-                tip = self.state.tip()
-                if best is None or (tip is not None and best.hash == tip.hash):
-                    if tip is not None and tip.work is not None:
-                        self.state.demote_pending(tip.work)
-                    return tip
-                path = self._path(tip, best)
-                if path is None:
-                    continue  # the candidate was invalid by ancestry: marked so, choose again
-                down, up = path
-                if self.retention and len(down) > self.retention:
-                    self._invalidate(
-                        up[0],
-                        f"its branch forks {len(down)} blocks below the tip, deeper than the "
-                        f"retention ({self.retention}): records it needs may be pruned",
-                    )
-                    continue
-                for e in down:
-                    self._renew()
-                    self._disconnect(e)
-                    check_budget()
-                for e in up:
-                    self._renew()
-                    if not self._apply(e):
-                        break  # refused: the best chain is another one now
-                    check_budget()
+        while True:
+            with self.lease() as mine:
+                if not mine:
+                    raise ChainBusy()
+                tip = self._pass(check_budget)
+            # Let go; a block indexed meanwhile found the lease held and was left to this worker
+            if chain_at_rest(self.state):
+                return tip
+
+    def _pass(self, check_budget: Callable[[], None]) -> BlockEntry | None:
+        """Under the lease: finish what a dead worker left, rebase, then apply the best chain."""
+        self._take_back_unfinished()
+        self._rebase(check_budget)
+        while True:
+            best = self.state.best_candidate()
+            tip = self.state.tip()
+            if best is None or (tip is not None and best.hash == tip.hash):
+                if tip is not None and tip.work is not None:
+                    self.state.demote_pending(tip.work)
+                return tip
+            path = self._path(tip, best)
+            if path is None:
+                continue  # the candidate was invalid by ancestry: marked so, choose again
+            down, up = path
+            if self.retention and len(down) > self.retention:
+                self._invalidate(
+                    up[0],
+                    f"its branch forks {len(down)} blocks below the tip, deeper than the "
+                    f"retention ({self.retention}): records it needs may be pruned",
+                )
+                continue
+            for e in down:
+                self._renew()
+                self._disconnect(e)
+                check_budget()
+            for e in up:
+                self._renew()
+                if not self._apply(e):
+                    break  # refused: the best chain is another one now
+                check_budget()
 
     def _path(
         self, tip: BlockEntry | None, best: BlockEntry
@@ -385,6 +397,15 @@ class Sequencer:
             root_hash[::-1].hex(),
             change.height or 0,
         )
+
+
+def chain_at_rest(state: StateStore) -> bool:
+    """Nothing is being applied or taken off, and nothing is left to apply: the tip is the best
+    candidate (or there is none)."""
+    if state.get_meta(APPLYING) is not None or state.get_meta(DISCONNECTING) is not None:
+        return False
+    tip, best = state.tip(), state.best_candidate()
+    return best is None or (tip is not None and tip.hash == best.hash)
 
 
 def _no_beat() -> None:

@@ -41,6 +41,9 @@ def pending_ddl(dialect: str) -> list[str]:
             broker_run TEXT NOT NULL,
             sends INTEGER NOT NULL
         )""",
+        # the chain's holder lists the pending blocks after every pass (workers/registry.py):
+        # a few rows, however many transactions are pending
+        "CREATE INDEX IF NOT EXISTS pending_kind ON pending (kind, seq)",
     ]
 
 
@@ -79,12 +82,19 @@ class PendingTable:
         sql = self.db.q("DELETE FROM pending WHERE ident = ?")
         self.db.write("remove pending", lambda cur: cur.execute(sql, (ident,)))
 
-    def pending(self, upto: int | None = None) -> list[PendingEntry]:
+    def pending(self, upto: int | None = None, kind: str | None = None) -> list[PendingEntry]:
+        where: list[str] = ["1 = 1"]
+        params: list[Any] = []
+        if upto is not None:
+            where.append("seq <= ?")
+            params.append(upto)
+        if kind is not None:
+            where.append("kind = ?")
+            params.append(kind)
+        sql = self.db.q(f"SELECT {COLS} FROM pending WHERE {' AND '.join(where)} ORDER BY seq")
+
         def q(cur: Any) -> list[Any]:
-            if upto is None:
-                cur.execute(f"SELECT {COLS} FROM pending ORDER BY seq")
-            else:
-                cur.execute(self.db.q(f"SELECT {COLS} FROM pending WHERE seq <= ? ORDER BY seq"), (upto,))
+            cur.execute(sql, params)
             return list(cur.fetchall())
 
         return [_entry(r) for r in self.db.read("pending", q)]

@@ -4,9 +4,11 @@ is compared with the independent model of tests/pipeline/chains.py."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import pytest
 
+from chain import parse_block
 from stores.state import open_state_store
 from tests.pipeline.chains import Chain, confirmed_model, funding, outpoints, spend
 from tests.pipeline.workers import Pipeline, pipeline_fixture  # noqa: F401  (the fixture)
@@ -38,6 +40,10 @@ def test_two_workers_apply_a_chain_with_a_multi_record_tx(pipeline: Pipeline) ->
         state.close()
     logs = (pipeline.tmp / "w1.log").read_text() + (pipeline.tmp / "w2.log").read_text()
     assert "utxoflow.block.arrived" in logs and "Traceback" not in logs
+    # each worker (one pool process) parsed each block once at most: no polling, none dropped
+    per_worker = [Counter(re.findall(r"parsed block ([0-9a-f]{64})", pipeline.log(w))) for w in ("w1", "w2")]
+    assert all(n == 1 for parsed in per_worker for n in parsed.values()), per_worker
+    assert set().union(*per_worker) == {parse_block(b).hash_hex for b in c.blocks}
 
 
 def test_enqueue_refuses_bad_bytes_and_enqueues_nothing(pipeline: Pipeline) -> None:

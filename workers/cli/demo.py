@@ -166,12 +166,12 @@ class Demo:
     def apply(self, rep: Reporter, label: str, blocks: list[bytes], deadline: float) -> float:
         """Enqueue `blocks` as `utxo enqueue` does, and wait as `utxo wait` does until each is
         settled; the seconds it took. Progress counts the transactions of settled blocks."""
-        from workers.cli.pipeline import settled_check
         from workers.ingest import submit_block
+        from workers.registry import block_settled
         from workers.services import services
 
         svc = services(**self.settings())
-        settled = settled_check(svc.state)
+        settled = block_settled(svc.state)
         start = time.perf_counter()
         parsed = [parse_block(raw) for raw in blocks]
         sizes: dict[str, int] = {}  # the blocks enqueued and not settled yet → their tx counts

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from chain import ParseError, hex_to_hash
-from stores.state import StateStore, open_state_store
+from stores.state import open_state_store
 from workers.cli.app import BadInput, Context, NotFound, cli, emit
 from workers.cli.progress import Reporter
 
@@ -119,43 +119,17 @@ def enqueue_tx(obj: Context, files: tuple[str, ...]) -> None:
             advance(1)
 
 
-FINAL = {"applied", "side", "invalid", "orphan"}
-
-
-def settled_check(state: StateStore) -> Callable[[str], bool]:
-    """Whether a pending id is done anyway, for Registry.wait: a block that is final while the
-    chain is at rest (nothing being or left to be applied). A block applied while its message's
-    task still runs (to apply the orphans it connected, whose own messages are done) is not
-    settled yet; nor is anything but a block."""
-    from workers.sequencer import APPLYING
-
-    def settled(ident: str) -> bool:
-        kind, _, h = ident.partition(":")
-        if kind != "block":
-            return False
-        try:
-            e = state.get_block(hex_to_hash(h))
-        except ValueError:  # not an id `utxo enqueue` makes: only its task can settle it
-            return False
-        if e is None or e.status.value not in FINAL or state.get_meta(APPLYING) is not None:
-            return False
-        tip, best = state.tip(), state.best_candidate()
-        return best is None or (tip is not None and tip.hash == best.hash)
-
-    return settled
-
-
 @cli.command("wait")
 @click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, help="Seconds.")
 @click.pass_obj
 def wait_cmd(obj: Context, timeout: float) -> int:
     """Return once everything enqueued so far has been processed (0), or on timeout (1)."""
-    from workers.registry import Registry
+    from workers.registry import Registry, block_settled
 
     state = open_state_store(obj.settings.state_url)
     reg = Registry(state)  # in the state store: it outlives a restart of the broker
     try:
-        done = reg.wait(timeout, settled=settled_check(state))
+        done = reg.wait(timeout, settled=block_settled(state))
         left = len(reg.pending())
     finally:
         state.close()

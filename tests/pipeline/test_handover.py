@@ -1,0 +1,110 @@
+"""No polling for the chain: a worker that finds the chain held leaves its block to the holder,
+which looks at the chain once more after letting go (workers/sequencer.py); the ids left
+pending are swept once settled (workers/registry.py); a block is parsed once per process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from chain import parse_block
+from stores.blob import open_blob_store
+from stores.state import BlockStatus, open_state_store
+from tests.pipeline.chains import Chain, confirmed_model
+from workers.blockindex import Blocks
+from workers.registry import Registry
+from workers.sequencer import LEASE, ChainBusy, Sequencer
+
+
+def other(seq: Sequencer, urls: tuple[str, str]) -> Sequencer:
+    """A second worker on the same stores (its own state connection and lease holder id)."""
+    return Sequencer(seq.utxo, open_state_store(urls[1]), seq.blobs)
+
+
+def on_release(seq: Sequencer, then: Callable[[], None]) -> None:
+    """Run `then` just before `seq` next lets go of the chain's lease (once): the moment a block
+    indexed by another worker finds the lease held, after the holder's last look under it."""
+    release = seq.state.release_lease
+    fired = []
+
+    def hooked(name: str, holder: str) -> Any:
+        if name == LEASE and not fired:
+            fired.append(1)
+            then()
+        return release(name, holder)
+
+    seq.state.release_lease = hooked  # type: ignore[method-assign]
+
+
+def test_a_block_indexed_while_the_chain_is_held_is_applied_by_the_holder(
+    seq: Sequencer, urls: tuple[str, str]
+) -> None:
+    c = Chain()
+    for _ in range(3):
+        c.add()
+    seq.submit(c.blocks[0])
+    b = other(seq, urls)
+    try:
+        busy: list[bool] = []
+
+        def arrives() -> None:  # the other worker's task: index, try the chain, leave it
+            b.accept(b.store_block(c.blocks[2]))
+            try:
+                b.advance()
+            except ChainBusy:
+                busy.append(True)
+
+        seq.accept(seq.store_block(c.blocks[1]))
+        on_release(seq, arrives)
+        tip = seq.advance()
+        assert busy == [True]  # the other worker did not apply it, nor wait for the chain
+        assert tip is not None and tip.height == 3 and tip.hash == parse_block(c.blocks[2]).hash
+        assert seq.state.get_block(tip.hash).status is BlockStatus.APPLIED  # type: ignore[union-attr]
+        assert {(u.txid, u.vout) for u in seq.utxo.iter_utxos(confirmed=True)} == confirmed_model(c.txs)
+    finally:
+        b.state.close()
+
+
+def test_the_sweep_removes_settled_blocks_only(seq: Sequencer, urls: tuple[str, str]) -> None:
+    c = Chain()
+    for _ in range(4):
+        c.add()
+    h = [parse_block(raw).hash_hex for raw in c.blocks]
+    reg = Registry(seq.state)
+    for x in h:
+        reg.add(f"block:{x}")
+    reg.add("tx:" + "ab" * 32)
+    seq.submit(c.blocks[0])
+    seq.accept(seq.store_block(c.blocks[1]))  # indexed, not applied yet: the chain is not at rest
+    assert reg.sweep_blocks() == 0
+    seq.advance()
+    # the third block never arrived: the fourth is an orphan, final (its parent may never come)
+    seq.accept(seq.store_block(c.blocks[3]))
+    assert seq.state.get_block(parse_block(c.blocks[3]).hash).status is BlockStatus.ORPHAN  # type: ignore[union-attr]
+    assert reg.sweep_blocks() == 3
+    assert reg.pending() == {f"block:{h[2]}", "tx:" + "ab" * 32}  # unknown yet; not a block
+    seq.submit(c.blocks[2])
+    assert seq.state.tip().height == 4  # type: ignore[union-attr]
+    reg.add(f"block:{h[3]}")  # sent again (the requeue scan): settled at once
+    assert reg.sweep_blocks() == 2 and reg.pending() == {"tx:" + "ab" * 32}
+
+
+def test_a_block_is_parsed_once_while_kept(tmp_path: Path) -> None:
+    c = Chain()
+    for _ in range(5):
+        c.add()
+    blobs = open_blob_store(f"file://{tmp_path}/blobs")
+    blocks = Blocks(blobs, kept_txs=3)  # one-tx blocks: three kept
+    hashes = [blocks.store(raw).hash for raw in c.blocks]
+    assert blocks.parses == 5
+    for h in hashes[2:]:  # kept: not parsed again
+        assert blocks.load(h).hash == h
+    assert blocks.parses == 5
+    assert blocks.load(hashes[0]).hash == hashes[0]  # the least recently used went
+    assert blocks.parses == 6
+    assert blocks.load(hashes[4]).hash == hashes[4] and blocks.parses == 6
+    big = Blocks(blobs, kept_txs=0)
+    assert big.load(hashes[1]).hash == hashes[1] and big.load(hashes[1]).hash == hashes[1]
+    assert big.parses == 1  # the last block stays, however small the budget
+
