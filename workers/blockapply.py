@@ -1,8 +1,10 @@
 """Applying one block to the UTXO store, and taking it back (ARCHITECTURE "Applying a block").
 
 A block is applied in three phases, each over units of its transactions: create the
-transactions the store does not hold yet (unmined; a multi-record one's child pages are units
-of their own), spend every input, then mark every transaction mined in this block. The units
+transactions the store does not hold yet (already mined in this block, so that each new record
+is written once for its mining; a multi-record one, unmined, its child pages units of their
+own), spend every input, then mark mined in this block every transaction it did not create
+mined (those the store held before: mempool transactions, or the block's own after a reorg). The units
 of a phase are independent: a `Fanout` runs them, in turn here (`LocalFanout`) or shared with
 other workers as tasks (`workers.fanout.TaskFanout`).
 
@@ -33,12 +35,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 from chain import Block, Tx, hash_to_hex
 from stores.errors import StoreError
 from stores.utxo import (
+    BlockInfo,
     Ignore,
     SpendRejected,
     StorageError,
@@ -117,13 +120,13 @@ class BlockApplier:
         with self._noting(undo, save):
             try:
                 self.check_known(block, created)
-                self.create_phase(block, created, ctx)
+                made = self.create_phase(block, created, ctx)
                 self.reclaim(block)
                 skipped = self.spend_phase(block, created, ctx)
             except BlockRefused:
                 self.rollback(block, undo)
                 raise
-        self.mine_phase(block, ctx)
+        self.mine_phase(block, ctx, made)
         if height > 0:  # a base block without BIP34 is height 0, which no store height may be
             self.utxo.set_block_height(height)
         return {"txs": len(block.txs), "created": len(created), "missing_inputs": skipped}
@@ -188,10 +191,11 @@ class BlockApplier:
         size = self._size(end - start)
         return [{"start": i, "end": min(i + size, end)} for i in range(start, end, size)]
 
-    def create_phase(self, block: Block, created: set[bytes], ctx: dict[str, int]) -> None:
-        """Create the block's new transactions: the one-record ones in chunks of `chunk`; a
-        multi-record one begun here (lock, blob, master), its child pages as units of their
-        own, so that several workers write them, then finished here."""
+    def create_phase(self, block: Block, created: set[bytes], ctx: dict[str, int]) -> set[int]:
+        """Create the block's new transactions: the one-record ones in chunks of `chunk`, mined
+        in the block already; a multi-record one begun here (lock, blob, master), its child
+        pages as units of their own, so that several workers write them, then finished here.
+        Returns the indexes of the transactions created mined (the mine phase passes them)."""
         b = self.utxo.batch_size
         new = [i for i, t in enumerate(block.txs) if t.txid in created]
         small = [i for i in new if len(block.txs[i].outputs) <= b]
@@ -217,13 +221,16 @@ class BlockApplier:
                 per_unit = max(1, -(-len(c.missing) // MAX_UNITS))  # a page a unit, MAX_UNITS at most
                 specs += [{"tx": i, "pages": list(p), "frozen": c.frozen}
                           for p in chunks(c.missing, per_unit)]
-            self._run(block, "create", ctx, specs)
+            results = self._run(block, "create", ctx, specs)
+            there = {i for r in results for i in r.get("exists", [])}  # arrived meanwhile: unmined
+            made = set(small) - there
             for c in begun:
                 try:
                     twophase.end_creation(self.utxo, c)
                 except StoreError as e:  # the lock lapses by itself; recovery clears the flags
                     log.warning("finishing the creation of tx %s: %s", hash_to_hex(c.txid), e)
             begun = []
+            return made
         finally:
             for c in begun:  # the phase failed: release the locks only (a rollback may follow)
                 try:
@@ -278,8 +285,10 @@ class BlockApplier:
             self.utxo.set_conflicting([tx.txid], False)
             log.info("tx %s, conflicting until now, wins: this block mines it", tx.txid_hex)
 
-    def mine_phase(self, block: Block, ctx: dict[str, int]) -> None:
-        self._run(block, "mine", ctx, self._ranges(0, len(block.txs)))
+    def mine_phase(self, block: Block, ctx: dict[str, int], made: Collection[int] = ()) -> None:
+        """Mark mined in the block every transaction but those created mined (`made`)."""
+        todo = [i for i in range(len(block.txs)) if i not in made]
+        self._run(block, "mine", ctx, [{"txs": list(p)} for p in chunks(todo, self._size(len(todo)))])
 
     def execute(self, block: Block, phase: str, ctx: dict[str, int], spec: dict[str, Any]) -> Result:
         """Run one unit (whichever worker claimed it): {} or counts when done, `refused` with
@@ -291,13 +300,21 @@ class BlockApplier:
                     twophase.write_pages(self.utxo, block.txs[spec["tx"]], spec["pages"], spec["frozen"])
                     return {}
                 txs = [block.txs[i] for i in spec["txs"]]
-                for tx, made in zip(txs, self.utxo.create_many(txs, height, meta=False)):
-                    if isinstance(made, TxExists):
-                        continue  # a redelivered unit, or a tx that arrived meanwhile: fine
-                    if isinstance(made, StorageError):
+                mined_in = [BlockInfo(ctx["block_id"], height)]
+                exists = []
+                for i, made in zip(spec["txs"], self.utxo.create_many(txs, height, mined_in, meta=False)):
+                    if isinstance(made, TxExists):  # a redelivered unit, or a tx that arrived
+                        exists.append(i)  # meanwhile (the mine phase mines it, idempotently)
+                    elif isinstance(made, StorageError):
                         raise made
-                    if isinstance(made, StoreError):
-                        raise BlockRefused(f"tx {tx.txid_hex}: {made}")
+                    elif isinstance(made, StoreError):
+                        raise BlockRefused(f"tx {block.txs[i].txid_hex}: {made}")
+                return {"exists": exists}
+            if phase == "mine":
+                txids = [block.txs[i].txid for i in spec["txs"]]
+                for t, m in zip(txids, self.utxo.set_mined_multi(txids, ctx["block_id"], height)):
+                    if isinstance(m, UtxoError):
+                        raise StorageError(f"setting tx {hash_to_hex(t)} mined failed: {m}")
                 return {}
             part = block.txs[spec["start"] : spec["end"]]
             if phase == "spend":
@@ -305,12 +322,6 @@ class BlockApplier:
                 skipped, defer = self._spend(block, [t for t in part if not t.is_coinbase], height, new)
                 index = {t.txid: spec["start"] + k for k, t in enumerate(part)}
                 return {"skipped": skipped, "defer": [index[t.txid] for t in defer]}
-            if phase == "mine":
-                txids = [t.txid for t in part]
-                for t, m in zip(txids, self.utxo.set_mined_multi(txids, ctx["block_id"], height)):
-                    if isinstance(m, UtxoError):
-                        raise StorageError(f"setting tx {hash_to_hex(t)} mined failed: {m}")
-                return {}
         except BlockRefused as r:
             return {"refused": r.reason}
         raise ValueError(f"unknown block phase {phase!r}")
