@@ -96,7 +96,7 @@ def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
     svc = services()
     with Reporter() as rep, rep.step("enqueue blocks", len(blocks), "blocks") as advance:
         for block, raw in blocks:
-            submit_block(raw, svc)
+            submit_block(raw, svc, block)
             emit({"enqueued": "block", "hash": block.hash_hex, "txs": len(block.txs)})
             advance(1)
 
