@@ -119,9 +119,9 @@ class BlockApplier:
         ctx = {"height": height, "block_id": block_id}
         with self._noting(undo, save):
             try:
-                self.check_known(block, created)
+                conflicting = self.check_known(block, created)
                 made = self.create_phase(block, created, ctx)
-                self.reclaim(block)
+                self.reclaim(block, conflicting)
                 skipped = self.spend_phase(block, created, ctx)
             except BlockRefused:
                 self.rollback(block, undo)
@@ -143,34 +143,33 @@ class BlockApplier:
         finally:
             self._undo, self._save = None, None
 
-    def check_known(self, block: Block, created: set[bytes]) -> None:
+    def check_known(self, block: Block, created: set[bytes]) -> set[bytes]:
         """Rules that need the store before anything changes: a tx of the block must not be
         mined on this chain already, and every input must spend a tx of this block or one
-        mined on this chain (not a mempool tx the block does not mine)."""
-        again = self.utxo.mined([t.txid for t in block.txs if t.txid not in created])
-        if again:
-            raise BlockRefused(f"tx {hash_to_hex(min(again))} is already mined on this chain")
+        mined on this chain (not a mempool tx the block does not mine). Returns the block's
+        transactions that are conflicting (for `reclaim`): all from one read of the store."""
         in_block = {t.txid for t in block.txs}
-        parents = sorted({
+        parents = {
             i.prev_txid for t in block.txs if not t.is_coinbase
             for i in t.inputs if i.prev_txid not in in_block
-        })
-        if not parents:
-            return
-        unmined = self.utxo.existing(parents) - self.utxo.mined(parents)
-        if not unmined:
-            return
-        conflicting = self.utxo.existing(sorted(unmined), conflicting=True)
+        }
+        held = [t for t in in_block if t not in created]
+        known = self.utxo.standing([*held, *parents])
+        again = [t for t in held if t in known and known[t].mined]
+        if again:
+            raise BlockRefused(f"tx {hash_to_hex(min(again))} is already mined on this chain")
+        unmined = {p for p in parents if p in known and not known[p].mined}
         for t in block.txs:
-            if t.is_coinbase:
+            if t.is_coinbase or not unmined:
                 continue
             for vin, i in enumerate(t.inputs):
                 if i.prev_txid in unmined:
-                    what = "conflicting tx" if i.prev_txid in conflicting else "tx"
+                    what = "conflicting tx" if known[i.prev_txid].conflicting else "tx"
                     raise BlockRefused(
                         f"tx {t.txid_hex} input {vin}: spends an output of {what} "
                         f"{hash_to_hex(i.prev_txid)}, {NOT_ON_CHAIN}"
                     )
+        return {t for t in held if t in known and known[t].conflicting}
 
     # -- the phases, as units a fanout runs ------------------------------------------------------
     def _run(
@@ -257,14 +256,15 @@ class BlockApplier:
         self.unlock_swapped()
         return skipped
 
-    def reclaim(self, block: Block) -> None:
+    def reclaim(self, block: Block, again: set[bytes]) -> None:
         """The block mines transactions a losing branch made conflicting: they win now
         (Teranode's ProcessConflicting). In block order, parents first: the current spenders of
         each one's inputs (its rivals) become conflicting with their descendants, their spends
         released and the parents locked (`make_conflicting`); then it is no longer conflicting,
         so that it spends in the spend phase and its children spend from it. Each is noted in
-        the undo record first: a take-back makes it conflicting again."""
-        again = self.utxo.existing([t.txid for t in block.txs], conflicting=True)
+        the undo record first: a take-back makes it conflicting again. `again`: the block's
+        transactions that are conflicting, as `check_known` found them (only a block changes
+        that, and this worker applies the chain)."""
         in_block = {t.txid for t in block.txs}
         for tx in block.txs:
             if tx.txid not in again:

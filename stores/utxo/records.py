@@ -17,6 +17,13 @@ class BlockInfo:
     subtree_idx: int = 0
 
 
+class Standing(NamedTuple):
+    """Where a held transaction stands, as a block's checks need it (`UtxoStore.standing`)."""
+
+    mined: bool  # on the longest chain (`Record.mined`)
+    conflicting: bool
+
+
 class Spend(NamedTuple):
     """One output spent by one input: what `spend` returns and `unspend` takes back.
 

@@ -63,6 +63,25 @@ def test_mined_off_the_longest_chain_stays_unmined(store: UtxoStore) -> None:
     assert store.get(f.txid).unmined_since == 150
 
 
+def test_standing_says_held_mined_and_conflicting_as_the_single_reads_do(store: UtxoStore) -> None:
+    mempool, mined, off_chain, rival, absent = (funding() for _ in range(5))
+    for f in (mempool, mined, off_chain):
+        created(store, f)
+    store.create(rival, 100, conflicting=True)
+    store.set_mined_multi([mined.txid], 4, 101)
+    store.set_mined_multi([off_chain.txid], 5, 101, on_longest_chain=False)
+    txids = [t.txid for t in (mempool, mined, off_chain, rival, absent)] + [mined.txid]  # twice
+    got = store.standing(txids)
+    assert got == {
+        mempool.txid: (False, False), mined.txid: (True, False), off_chain.txid: (False, False),
+        rival.txid: (False, True),
+    }
+    assert set(got) == store.existing(txids)
+    assert {t for t, s in got.items() if s.mined} == store.mined(txids)
+    assert {t for t, s in got.items() if s.conflicting} == store.existing(txids, conflicting=True)
+    assert store.standing([]) == {}
+
+
 def test_dah_set_when_all_spent_and_mined(store: UtxoStore) -> None:
     store.set_block_height(100)
     f = funding(2)

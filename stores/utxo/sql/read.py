@@ -22,7 +22,7 @@ from stores.utxo import slots, validate
 from stores.utxo.errors import Outpoint, ProcessingError, TxNotFound
 from stores.utxo.kernel import spend
 from stores.utxo.kernel.record import MINED_SQL, Record, decode_blocks, meta_of
-from stores.utxo.records import OutputInfo, SpendInfo, TxMeta, Utxo, UtxoStats
+from stores.utxo.records import OutputInfo, SpendInfo, Standing, TxMeta, Utxo, UtxoStats
 from stores.utxo.sql import codec
 from stores.utxo.sql.state import StateMixin
 
@@ -125,6 +125,14 @@ class ReadMixin(StateMixin):
     def mined(self, txids: Sequence[bytes]) -> set[bytes]:
         """Those of `txids` mined on the longest chain (`Record.mined`)."""
         return self._those("mined", txids, MINED_SQL)
+
+    def standing(self, txids: Sequence[bytes]) -> dict[bytes, Standing]:
+        validate.txids(txids)
+        sql = f"SELECT txid, CASE WHEN {MINED_SQL} THEN 1 ELSE 0 END, conflicting FROM txs WHERE txid"
+        keys = sorted(set(txids))
+        return self.db.read("standing", lambda cur: {
+            bytes(r[0]): Standing(bool(r[1]), bool(r[2])) for r in self.db.select_in(cur, sql, keys)
+        })
 
     def _those(self, what: str, txids: Sequence[bytes], where: str) -> set[bytes]:
         """Those of `txids` whose record meets the condition `where`."""
