@@ -99,16 +99,27 @@ class BlockMissing(StorageError):
 
 
 class Blocks:
-    """Blocks by hash from the blob store, the last few whose transactions match their header
-    kept parsed: such a body is the only one its hash can have, whereas a corrupted copy may yet
-    be replaced by the genuine one."""
+    """Blocks by hash from the blob store, those whose transactions match their header kept
+    parsed (up to `kept_txs` transactions): such a body is the only one its hash can have,
+    whereas a corrupted copy may yet be replaced by the genuine one.
+
+    Past the budget, a block the chain has passed goes first (`passed`), else the one furthest
+    ahead (by its BIP34 height: needed last), else the least recently used; never the block
+    being kept. A worker that indexes a burst of blocks ahead of the chain so keeps the ones
+    it will be asked to help with soonest."""
 
     def __init__(self, blobs: BlobStore, kept_txs: int = PARSED_KEPT_TXS) -> None:
         self.blobs = blobs
         self.kept_txs = kept_txs
         self._parsed: OrderedDict[bytes, Block] = OrderedDict()
+        self._heights: dict[bytes, int | None] = {}
         self._txs = 0  # transactions of the blocks in _parsed
+        self.floor = 0  # blocks below this height are applied: the first to go
         self.parses = 0  # blocks parsed by this object (bench.pipeline counts them in the log)
+
+    def passed(self, height: int) -> None:
+        """The chain has applied every block below `height` (this worker saw it do so)."""
+        self.floor = max(self.floor, height)
 
     def _parse(self, raw: bytes) -> Block:
         t0 = time.perf_counter()
@@ -151,13 +162,23 @@ class Blocks:
         return None if self._parsed.get(b.hash) is b else check_block(b)
 
     def keep(self, b: Block) -> None:
-        """Keep a checked block parsed; the least recently used go past `kept_txs` (the last
-        one kept stays, however big)."""
+        """Keep a checked block parsed, others going past `kept_txs` (see above)."""
         if b.hash not in self._parsed and check_block(b) is None:
             self._parsed[b.hash] = b
+            self._heights[b.hash] = bip34_height(b)
             self._txs += len(b.txs)
             while self._txs > self.kept_txs and len(self._parsed) > 1:
-                self._txs -= len(self._parsed.popitem(last=False)[1].txs)
+                gone = self._victim(b.hash)
+                self._txs -= len(self._parsed.pop(gone).txs)
+                del self._heights[gone]
+
+    def _victim(self, keeping: bytes) -> bytes:
+        others = [h for h in self._parsed if h != keeping]  # least recently used first
+        known = [(x, h) for h in others if (x := self._heights[h]) is not None]
+        passed = [h for x, h in known if x < self.floor]
+        if passed:
+            return passed[0]
+        return max(known)[1] if known else others[0]
 
 
 def base_height(block: Block) -> int:

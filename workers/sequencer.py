@@ -257,6 +257,7 @@ class Sequencer:
 
     def _apply(self, e: BlockEntry) -> bool:
         assert e.height is not None
+        self.blocks.passed(e.height)  # the blocks below are applied: parsed, they go first
         block = self.genuine(e.hash)
         undo = self.state.get_undo(e.hash)
         if undo is not None and undo.get("state") == "applying":

@@ -91,20 +91,23 @@ def test_the_sweep_removes_settled_blocks_only(seq: Sequencer, urls: tuple[str, 
 
 
 def test_a_block_is_parsed_once_while_kept(tmp_path: Path) -> None:
+    """Past the budget a block the chain has passed goes first, else the one furthest ahead
+    (needed last); never the block being kept."""
     c = Chain()
     for _ in range(5):
         c.add()
     blobs = open_blob_store(f"file://{tmp_path}/blobs")
-    blocks = Blocks(blobs, kept_txs=3)  # one-tx blocks: three kept
-    hashes = [blocks.store(raw).hash for raw in c.blocks]
+    blocks = Blocks(blobs, kept_txs=3)  # one-tx blocks at heights 1…5: three kept
+    h = [blocks.store(raw).hash for raw in c.blocks]  # a burst indexed ahead of the chain
     assert blocks.parses == 5
-    for h in hashes[2:]:  # kept: not parsed again
-        assert blocks.load(h).hash == h
+    for k in (0, 1, 4):  # the lowest (needed soonest) stayed, and the last one stored
+        assert blocks.load(h[k]).hash == h[k]
     assert blocks.parses == 5
-    assert blocks.load(hashes[0]).hash == hashes[0]  # the least recently used went
-    assert blocks.parses == 6
-    assert blocks.load(hashes[4]).hash == hashes[4] and blocks.parses == 6
-    big = Blocks(blobs, kept_txs=0)
-    assert big.load(hashes[1]).hash == hashes[1] and big.load(hashes[1]).hash == hashes[1]
-    assert big.parses == 1  # the last block stays, however small the budget
-
+    blocks.passed(3)  # the chain is at the third: the first two are done with
+    assert blocks.genuine(h[2]).hash == h[2] and blocks.parses == 6  # went (furthest ahead then)
+    assert blocks.load(h[1]).hash == h[1] and blocks.load(h[4]).hash == h[4]
+    assert blocks.parses == 6  # the first went for it (passed, least recently used)
+    assert blocks.load(h[0]).hash == h[0] and blocks.parses == 7
+    small = Blocks(blobs, kept_txs=0)
+    assert small.genuine(h[1]).hash == h[1] and small.load(h[1]).hash == h[1]
+    assert small.parses == 1  # the block being kept stays, however small the budget
