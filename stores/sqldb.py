@@ -91,6 +91,7 @@ class Database:
         self.url_safe = mask_url(url)
         self.invalid = invalid
         self._lock = threading.RLock()
+        self._held: Any = None  # the cursor of the transaction `held` keeps open
         self._sqlite: sqlite3.Connection | None = None
         self._pg: psycopg.Connection[Any] | None = None
         scheme = url.split("://", 1)[0].lower() if "://" in url else ""
@@ -154,8 +155,35 @@ class Database:
         return sql if self.dialect == "sqlite" else sql.replace("?", "%s")
 
     @contextmanager
+    def held(self) -> Iterator[None]:
+        """SQLite: one write transaction for every unit inside (this thread's; others wait),
+        committed at the end, rolled back whole if anything raises. A unit inside is a
+        savepoint (all-or-nothing as ever); a read sees the writes before it. PostgreSQL:
+        nothing changes (units commit one by one)."""
+        if self._sqlite is None or self._held is not None:
+            yield
+            return
+        with self._lock, self._txn(True) as cur:
+            self._held = cur
+            try:
+                yield
+            finally:
+                self._held = None
+
+    @contextmanager
     def _txn(self, write: bool) -> Iterator[Any]:
         with self._lock:
+            if self._held is not None:  # inside `held`: a unit is a savepoint of its transaction
+                cur = self._held
+                cur.execute("SAVEPOINT unit")
+                try:
+                    yield cur
+                except BaseException:
+                    cur.execute("ROLLBACK TO unit")
+                    cur.execute("RELEASE unit")
+                    raise
+                cur.execute("RELEASE unit")
+                return
             if self._sqlite is not None:
                 conn = self._sqlite
                 cur = conn.cursor()
@@ -206,12 +234,12 @@ class Database:
         time.sleep(delay)
         return min(delay * 2, 0.5)
 
-    def write(self, what: str, fn: Callable[[Any], T], retry: bool = True) -> T:
+    def write(self, what: str, fn: Callable[[Any], T], retry: bool = True, idempotent: bool = False) -> T:
         """Run `fn(cursor)` as one write unit; retry transient conflicts unless `retry` is off
         (for a unit that consumes a stream and so cannot run twice). A connection lost before
         the COMMIT is retried too (the server rolled the unit back); one lost in the COMMIT is
         not (it may have committed): it leaves as a StorageError, for the caller's idempotent
-        retry."""
+        retry — unless the unit is `idempotent` (running it twice is running it once)."""
         delay = 0.005
         for attempt in range(self.max_retries + 1 if retry else 1):
             committing = False
@@ -223,7 +251,7 @@ class Database:
             except StoreError:
                 raise
             except (sqlite3.Error, psycopg.Error, OverflowError) as e:
-                again = self.transient(e) or (not committing and self.lost(e))
+                again = self.transient(e) or ((idempotent or not committing) and self.lost(e))
                 if retry and again and attempt < self.max_retries:
                     delay = self._again(what, e, delay)
                     continue

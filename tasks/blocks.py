@@ -3,7 +3,7 @@
 A block task never polls: it indexes its block, then applies the best chain if nobody else is
 applying it; if somebody is, it acknowledges and leaves its block to that worker, which looks
 at the chain again after letting go (workers/sequencer.py). Its message id stays pending until
-the holder's sweep finds the block settled (workers/registry.py), so `utxo wait` still means
+the holder has applied (or refused) the block (workers/registry.py), so `utxo wait` still means
 "applied", and the requeue scan sends the message again should the holder die."""
 
 from __future__ import annotations
@@ -70,6 +70,6 @@ def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
         log.warning("block %s: %s (will retry)", block_hash, e)
         raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
     svc.registry.done(ident)
-    svc.registry.sweep_blocks()  # the ids of blocks left to this pass
+    svc.registry.done_blocks(seq.take_settled())  # those left to this worker among them
     now = svc.state.get_block(entry.hash)
     return (now or entry).to_json()

@@ -39,6 +39,8 @@ Result = dict[str, Any]
 
 
 class Fanout(Protocol):
+    local: bool  # every unit runs in this process (no other worker writes for the block)
+
     def run(self, applier: BlockApplier, block: Block, phase: str, ctx: dict[str, int],
             specs: list[dict[str, Any]]) -> list[Result]:
         """Every unit's result, in unit order (a refused unit's result has `refused`)."""
@@ -46,6 +48,8 @@ class Fanout(Protocol):
 
 class LocalFanout:
     """Every unit in this process, in order, stopping at the first refusal."""
+
+    local = True
 
     def run(self, applier: BlockApplier, block: Block, phase: str, ctx: dict[str, int],
             specs: list[dict[str, Any]]) -> list[Result]:
@@ -103,6 +107,7 @@ class TaskFanout:
         self.send = send
         self.ttl_s = ttl_s
         self.max_helpers = max_helpers
+        self.local = max_helpers == 0
         self.poll_s = poll_s
 
     def run(self, applier: BlockApplier, block: Block, phase: str, ctx: dict[str, int],

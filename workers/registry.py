@@ -10,9 +10,11 @@ workers/requeue.py sends their messages again. An id is "<kind>:<key>"; its mess
 task of that kind with the arguments [key, id].
 
 A block's task that finds another worker applying the chain indexes its block and leaves its id
-pending (workers/sequencer.py: the holder re-checks the best chain before it lets go); the id
-is removed by `sweep_blocks`, which the chain's holder runs after each pass, once the block is
-settled: final (applied, side, invalid, orphan) while the chain is at rest.
+pending (workers/sequencer.py: the holder re-checks the best chain before it lets go); the
+holder removes the ids of the blocks its passes applied or refused once a pass ends with the
+chain at rest (`done_blocks`). An id left otherwise (a block that stayed an orphan; a holder
+that died) is removed by `utxo wait` once settled — final (applied, side, invalid, orphan)
+while the chain is at rest — or sent again by the requeue scan.
 """
 
 from __future__ import annotations
@@ -51,16 +53,10 @@ class Registry:
     def pending(self) -> set[str]:
         return {e.ident for e in self.state.pending()}
 
-    def sweep_blocks(self) -> int:
-        """Remove the pending block ids that are settled (see above); how many."""
-        from workers.sequencer import chain_at_rest
-
-        final = [e.ident for e in self.state.pending(kind="block") if _final(self.state, e.ident)]
-        if not final or not chain_at_rest(self.state):  # finals first: the rest is checked after
-            return 0
-        for ident in final:
-            self.done(ident)
-        return len(final)
+    def done_blocks(self, hashes: list[bytes]) -> None:
+        """The ids of these blocks, settled by a pass of the chain that ended at rest."""
+        for h in hashes:
+            self.done(f"block:{h[::-1].hex()}")
 
     def wait(
         self, timeout: float, poll: float = 0.2, settled: Callable[[str], bool] | None = None

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from chain import Block, block_work
 from stores.blob.protocol import BlobStore
@@ -99,6 +99,15 @@ class Sequencer:
         self.lease_s = lease_s
         self.retention = utxo.retention
         self.holder = holder_id(f"{id(self):x}")
+        # blocks this worker's passes made final (applied, refused): their message ids go once
+        # a pass ends with the chain at rest (`take_settled`), theirs or left to this worker
+        self._settled: set[bytes] = set()
+
+    def take_settled(self) -> list[bytes]:
+        """The blocks settled by this worker's passes since the last call (call it after an
+        `advance` that returned: the chain was at rest)."""
+        out, self._settled = sorted(self._settled), set()
+        return out
 
     # -- arrival (the index's) -------------------------------------------------------------------
     def store_block(self, raw: bytes) -> Block:
@@ -221,10 +230,12 @@ class Sequencer:
         being refused) are invalid."""
         changes = self.index.rederive(bad, lambda e: e.status is not BlockStatus.INVALID)
         self.state.commit(blocks=changes)
+        self._settled.update(c.hash for c in changes)
 
     def _orphan_below(self, e: BlockEntry) -> None:
         changes = self.index.rederive(e, lambda k: k.status is not BlockStatus.ORPHAN)
         self.state.commit(blocks=changes)
+        self._settled.update(c.hash for c in changes)
 
     def _renew(self) -> None:
         if not self.state.acquire_lease(LEASE, self.holder, self.lease_s):
@@ -267,10 +278,14 @@ class Sequencer:
         self.state.commit(undo={e.hash: undo}, meta={APPLYING: e.hash.hex()})
         t0 = time.perf_counter()
         self.applier.heartbeat = self._renewer()
+        # one writer (SQLite) and no helper: the whole block in one write transaction, which
+        # a crash leaves unwritten (the `applying` mark's take-back then finds nothing to undo)
+        fused = self.utxo.fused() if self.applier.fanout.local else nullcontext()
         try:
-            counts = self.applier.apply(
-                block, e.height, e.block_id, undo, lambda u: self.state.put_undo(e.hash, u)
-            )
+            with fused:
+                counts = self.applier.apply(
+                    block, e.height, e.block_id, undo, lambda u: self.state.put_undo(e.hash, u)
+                )
         except BlockRefused as r:
             unseen = any(u in r.reason for u in UNSEEN) and not self.index.start_known()
             self._invalidate(e, f"{r.reason} {START_UNKNOWN}" if unseen else r.reason)
@@ -287,6 +302,7 @@ class Sequencer:
             meta={APPLYING: None},
             prune_undo_below=prune_below,
         )
+        self._settled.add(e.hash)
         log.info(
             "applied block %s at height %d: %s in %.2f s",
             block.hash_hex,
@@ -353,6 +369,23 @@ class Sequencer:
             *self.index.rederive(bad, lambda k: k.status is not BlockStatus.INVALID),
         ]
         self.state.commit(blocks=changes, undo={e.hash: None}, meta={APPLYING: None})
+        self._settled.update(c.hash for c in changes)
+
+    @contextmanager
+    def _index_lease(self) -> Iterator[None]:
+        """Hold the index lease, waiting for it here: the chain's holder never leaves a pass
+        because another worker is indexing (that worker would leave its block to this pass)."""
+        deadline = time.monotonic() + INDEX_WAIT_S
+        delay = 0.005
+        while True:
+            with self.lease(INDEX_LEASE, 30.0) as mine:
+                if mine:
+                    yield
+                    return
+            if time.monotonic() > deadline:
+                raise StorageError("the index lease has been held for too long: the chain waits")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
     def _rebase(self, check_budget: Callable[[], None]) -> None:
         """Carry out a rebase the index noted (see the invariants)."""
@@ -364,9 +397,7 @@ class Sequencer:
             self._take_back(tip)
             check_budget()
             tip = self.state.tip()
-        with self.lease(INDEX_LEASE, 30.0) as mine:  # the heights change under the index's feet
-            if not mine:
-                raise ChainBusy()
+        with self._index_lease():  # the heights change under the index's feet
             root = self.index.rebase_root()  # (ancestors that arrived since the note count)
             if root is None:
                 self.state.commit(meta={REBASE: None})
@@ -400,10 +431,13 @@ class Sequencer:
         )
 
 
+INDEX_WAIT_S = 30.0  # the index lease is held for milliseconds: longer means its holder is stuck
+
+
 def chain_at_rest(state: StateStore) -> bool:
-    """Nothing is being applied or taken off, and nothing is left to apply: the tip is the best
-    candidate (or there is none)."""
-    if state.get_meta(APPLYING) is not None or state.get_meta(DISCONNECTING) is not None:
+    """Nothing is being applied or taken off, no rebase is noted, and nothing is left to apply:
+    the tip is the best candidate (or there is none)."""
+    if any(state.get_meta(m) is not None for m in (APPLYING, DISCONNECTING, REBASE)):
         return False
     tip, best = state.tip(), state.best_candidate()
     return best is None or (tip is not None and tip.hash == best.hash)

@@ -41,9 +41,6 @@ def pending_ddl(dialect: str) -> list[str]:
             broker_run TEXT NOT NULL,
             sends INTEGER NOT NULL
         )""",
-        # the chain's holder lists the pending blocks after every pass (workers/registry.py):
-        # a few rows, however many transactions are pending
-        "CREATE INDEX IF NOT EXISTS pending_kind ON pending (kind, seq)",
     ]
 
 
@@ -76,25 +73,20 @@ class PendingTable:
             "ON CONFLICT (ident) DO UPDATE SET sent_at = excluded.sent_at, "
             "broker_run = excluded.broker_run, sends = pending.sends + 1"
         )
-        self.db.write("add pending", lambda cur: cur.execute(sql, (ident, kind, key, now, now, broker_run)))
+        # an upsert: a connection lost in its COMMIT is tried again too (at worst a send counted twice)
+        self.db.write("add pending", lambda cur: cur.execute(sql, (ident, kind, key, now, now, broker_run)),
+                      idempotent=True)
 
     def remove_pending(self, ident: str) -> None:
         sql = self.db.q("DELETE FROM pending WHERE ident = ?")
-        self.db.write("remove pending", lambda cur: cur.execute(sql, (ident,)))
+        self.db.write("remove pending", lambda cur: cur.execute(sql, (ident,)), idempotent=True)
 
-    def pending(self, upto: int | None = None, kind: str | None = None) -> list[PendingEntry]:
-        where: list[str] = ["1 = 1"]
-        params: list[Any] = []
-        if upto is not None:
-            where.append("seq <= ?")
-            params.append(upto)
-        if kind is not None:
-            where.append("kind = ?")
-            params.append(kind)
-        sql = self.db.q(f"SELECT {COLS} FROM pending WHERE {' AND '.join(where)} ORDER BY seq")
-
+    def pending(self, upto: int | None = None) -> list[PendingEntry]:
         def q(cur: Any) -> list[Any]:
-            cur.execute(sql, params)
+            if upto is None:
+                cur.execute(f"SELECT {COLS} FROM pending ORDER BY seq")
+            else:
+                cur.execute(self.db.q(f"SELECT {COLS} FROM pending WHERE seq <= ? ORDER BY seq"), (upto,))
             return list(cur.fetchall())
 
         return [_entry(r) for r in self.db.read("pending", q)]

@@ -155,9 +155,8 @@ class StateStore(Protocol):
     def remove_pending(self, ident: str) -> None:
         """The message is finished for good (removing what is not there is harmless)."""
 
-    def pending(self, upto: int | None = None, kind: str | None = None) -> list[PendingEntry]:
-        """Pending entries in registration order; with `upto`, only those whose seq ≤ it; with
-        `kind`, only those of that kind."""
+    def pending(self, upto: int | None = None) -> list[PendingEntry]:
+        """Pending entries in registration order; with `upto`, only those whose seq ≤ it."""
 
     def claim_pending(
         self, broker_run: str | None, older_than_s: float, limit: int, after: int = 0

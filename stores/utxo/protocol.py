@@ -16,6 +16,7 @@ rules of the record kernel (`stores.utxo.kernel`) and nothing else.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
 from chain import Tx
@@ -147,5 +148,11 @@ class UtxoStore(PagedRecords, Protocol):
     def query_dah(self, height: int, limit: int = 1000) -> list[bytes]: ...
     def delete_expired(self, txids: Sequence[bytes], height: int) -> int: ...
     def delete_txs(self, txids: Sequence[bytes]) -> int: ...
+
+    def fused(self) -> AbstractContextManager[None]:
+        """Every write inside in one transaction, committed at the end or not at all, where the
+        backend has one writer at a time anyway (SQLite); a no-op elsewhere. The caller must
+        not wait inside for another process's write to the same store."""
+        ...
 
     def close(self) -> None: ...

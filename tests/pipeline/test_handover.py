@@ -4,6 +4,7 @@ pending are swept once settled (workers/registry.py); a block is parsed once per
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,9 @@ from chain import parse_block
 from stores.blob import open_blob_store
 from stores.state import BlockStatus, open_state_store
 from tests.pipeline.chains import Chain, confirmed_model
-from workers.blockindex import Blocks
-from workers.registry import Registry
-from workers.sequencer import LEASE, ChainBusy, Sequencer
+from workers.blockindex import INDEX_LEASE, Blocks, parsed_bytes
+from workers.registry import Registry, block_settled
+from workers.sequencer import LEASE, ChainBusy, Sequencer, chain_at_rest
 
 
 def other(seq: Sequencer, urls: tuple[str, str]) -> Sequencer:
@@ -26,7 +27,7 @@ def on_release(seq: Sequencer, then: Callable[[], None]) -> None:
     """Run `then` just before `seq` next lets go of the chain's lease (once): the moment a block
     indexed by another worker finds the lease held, after the holder's last look under it."""
     release = seq.state.release_lease
-    fired = []
+    fired: list[int] = []
 
     def hooked(name: str, holder: str) -> Any:
         if name == LEASE and not fired:
@@ -66,7 +67,9 @@ def test_a_block_indexed_while_the_chain_is_held_is_applied_by_the_holder(
         b.state.close()
 
 
-def test_the_sweep_removes_settled_blocks_only(seq: Sequencer, urls: tuple[str, str]) -> None:
+def test_the_ids_left_to_the_holder_go_once_settled(seq: Sequencer, urls: tuple[str, str]) -> None:
+    """The holder removes the ids of the blocks its passes applied or refused, its own and those
+    left to it; an orphan's id (no pass settles it) is removed by `utxo wait`'s check."""
     c = Chain()
     for _ in range(4):
         c.add()
@@ -76,18 +79,71 @@ def test_the_sweep_removes_settled_blocks_only(seq: Sequencer, urls: tuple[str, 
         reg.add(f"block:{x}")
     reg.add("tx:" + "ab" * 32)
     seq.submit(c.blocks[0])
-    seq.accept(seq.store_block(c.blocks[1]))  # indexed, not applied yet: the chain is not at rest
-    assert reg.sweep_blocks() == 0
+    seq.accept(seq.store_block(c.blocks[1]))  # left to the holder by another worker
+    seq.accept(seq.store_block(c.blocks[3]))  # an orphan: its parent has not arrived
     seq.advance()
-    # the third block never arrived: the fourth is an orphan, final (its parent may never come)
-    seq.accept(seq.store_block(c.blocks[3]))
-    assert seq.state.get_block(parse_block(c.blocks[3]).hash).status is BlockStatus.ORPHAN  # type: ignore[union-attr]
-    assert reg.sweep_blocks() == 3
-    assert reg.pending() == {f"block:{h[2]}", "tx:" + "ab" * 32}  # unknown yet; not a block
-    seq.submit(c.blocks[2])
+    reg.done_blocks(seq.take_settled())
+    assert reg.pending() == {f"block:{h[2]}", f"block:{h[3]}", "tx:" + "ab" * 32}
+    assert seq.take_settled() == []
+    settled = block_settled(seq.state)
+    assert [x for x in h if settled(f"block:{x}")] == [h[0], h[1], h[3]]  # h[2]: not known yet
+    assert not settled("tx:" + "ab" * 32)
+    seq.submit(c.blocks[2])  # the orphan connects: this pass applies both
+    reg.done_blocks(seq.take_settled())
+    assert reg.pending() == {"tx:" + "ab" * 32}
     assert seq.state.tip().height == 4  # type: ignore[union-attr]
-    reg.add(f"block:{h[3]}")  # sent again (the requeue scan): settled at once
-    assert reg.sweep_blocks() == 2 and reg.pending() == {"tx:" + "ab" * 32}
+
+
+def test_a_rebase_left_to_the_holder_is_carried_out(seq: Sequencer, urls: tuple[str, str]) -> None:
+    """A block below the chain's base, indexed while the chain is held, notes a rebase without
+    changing the best candidate: the chain is not at rest until the rebase is done."""
+    c = Chain()
+    for _ in range(4):
+        c.add()
+    seq.submit(c.blocks[1])  # the chain starts at the second block: the first is not known
+    seq.submit(c.blocks[2])
+    b = other(seq, urls)
+    try:
+        busy: list[bool] = []
+
+        def arrives() -> None:
+            b.accept(b.store_block(c.blocks[0]))  # below the base: a rebase is noted
+            assert not chain_at_rest(b.state)
+            try:
+                b.advance()
+            except ChainBusy:
+                busy.append(True)
+
+        seq.accept(seq.store_block(c.blocks[3]))
+        on_release(seq, arrives)
+        tip = seq.advance()
+        assert busy == [True]
+        assert tip is not None and tip.height == 4 and chain_at_rest(seq.state)
+        assert seq.state.counts() == {"applied": 4}
+        assert {(u.txid, u.vout) for u in seq.utxo.iter_utxos(confirmed=True)} == confirmed_model(c.txs)
+    finally:
+        b.state.close()
+
+
+def test_a_rebase_waits_for_the_index_lease(seq: Sequencer, urls: tuple[str, str]) -> None:
+    """The holder never leaves a pass because another worker is indexing: it waits for the
+    index lease (held for milliseconds) rather than leaving the rebase to no one."""
+    c = Chain()
+    for _ in range(3):
+        c.add()
+    seq.submit(c.blocks[1])
+    seq.submit(c.blocks[2])
+    seq.accept(seq.store_block(c.blocks[0]))  # a rebase is noted
+    other_state = open_state_store(urls[1])
+    assert other_state.acquire_lease(INDEX_LEASE, "another-worker", 30.0)
+    timer = threading.Timer(0.3, other_state.release_lease, (INDEX_LEASE, "another-worker"))
+    timer.start()
+    try:
+        tip = seq.advance()
+        assert tip is not None and tip.height == 3 and seq.state.counts() == {"applied": 3}
+    finally:
+        timer.join()
+        other_state.close()
 
 
 def test_a_block_is_parsed_once_while_kept(tmp_path: Path) -> None:
@@ -97,7 +153,7 @@ def test_a_block_is_parsed_once_while_kept(tmp_path: Path) -> None:
     for _ in range(5):
         c.add()
     blobs = open_blob_store(f"file://{tmp_path}/blobs")
-    blocks = Blocks(blobs, kept_txs=3)  # one-tx blocks at heights 1…5: three kept
+    blocks = Blocks(blobs, kept_blocks=3)  # blocks at heights 1…5: three kept
     h = [blocks.store(raw).hash for raw in c.blocks]  # a burst indexed ahead of the chain
     assert blocks.parses == 5
     for k in (0, 1, 4):  # the lowest (needed soonest) stayed, and the last one stored
@@ -108,6 +164,10 @@ def test_a_block_is_parsed_once_while_kept(tmp_path: Path) -> None:
     assert blocks.load(h[1]).hash == h[1] and blocks.load(h[4]).hash == h[4]
     assert blocks.parses == 6  # the first went for it (passed, least recently used)
     assert blocks.load(h[0]).hash == h[0] and blocks.parses == 7
-    small = Blocks(blobs, kept_txs=0)
+    small = Blocks(blobs, kept_bytes=0)
     assert small.genuine(h[1]).hash == h[1] and small.load(h[1]).hash == h[1]
     assert small.parses == 1  # the block being kept stays, however small the budget
+    by_size = Blocks(blobs, kept_bytes=2 * parsed_bytes(parse_block(c.blocks[0])))
+    for k in (0, 1, 2):
+        by_size.load(h[k])
+    assert by_size.load(h[0]) and by_size.load(h[2]) and by_size.parses == 3  # two fit: the second went

@@ -69,10 +69,6 @@ def test_pending_keeps_registration_order(state: StateStore) -> None:
     assert idents(state.pending(upto=entries[2].seq)) == added[:3]
     assert idents(state.pending(upto=entries[0].seq - 1)) == []
     assert idents(state.pending(upto=entries[-1].seq + 100)) == added
-    blocks = [i for i in added if i.startswith("block:")]
-    assert idents(state.pending(kind="block")) == blocks
-    assert idents(state.pending(kind="tx")) == [i for i in added if i.startswith("tx:")]
-    assert idents(state.pending(upto=entries[2].seq, kind="block")) == [i for i in added[:3] if i in blocks]
 
 
 def test_adding_again_keeps_the_place_and_records_the_send(state: StateStore) -> None:

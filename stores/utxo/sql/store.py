@@ -18,6 +18,7 @@ schema's options and how `txs.id` values are reserved.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from stores.blob.protocol import BlobStore
@@ -88,6 +89,11 @@ class SqlUtxoStore(SnapshotMixin):
 
     def _no_store(self) -> StorageError:
         return StorageError(f"no UTXO store at {self.url_safe}")
+
+    def fused(self) -> AbstractContextManager[None]:
+        """Everything inside in one write transaction where the database has one writer at a
+        time (SQLite: `Database.held`); elsewhere a no-op."""
+        return self.db.held()
 
     def close(self) -> None:
         self.db.close()
