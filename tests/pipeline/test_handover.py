@@ -38,6 +38,16 @@ def on_release(seq: Sequencer, then: Callable[[], None]) -> None:
     seq.state.release_lease = hooked  # type: ignore[method-assign]
 
 
+def leaves_to_the_holder(b: Sequencer, raw: bytes, busy: list[bool]) -> None:
+    """Another worker's block task: index the block, find the chain held, leave it (noted in
+    `busy`)."""
+    b.accept(b.store_block(raw))
+    try:
+        b.advance()
+    except ChainBusy:
+        busy.append(True)
+
+
 def test_a_block_indexed_while_the_chain_is_held_is_applied_by_the_holder(
     seq: Sequencer, urls: tuple[str, str]
 ) -> None:
@@ -48,16 +58,8 @@ def test_a_block_indexed_while_the_chain_is_held_is_applied_by_the_holder(
     b = other(seq, urls)
     try:
         busy: list[bool] = []
-
-        def arrives() -> None:  # the other worker's task: index, try the chain, leave it
-            b.accept(b.store_block(c.blocks[2]))
-            try:
-                b.advance()
-            except ChainBusy:
-                busy.append(True)
-
         seq.accept(seq.store_block(c.blocks[1]))
-        on_release(seq, arrives)
+        on_release(seq, lambda: leaves_to_the_holder(b, c.blocks[2], busy))
         tip = seq.advance()
         assert busy == [True]  # the other worker did not apply it, nor wait for the chain
         assert tip is not None and tip.height == 3 and tip.hash == parse_block(c.blocks[2]).hash
@@ -105,19 +107,16 @@ def test_a_rebase_left_to_the_holder_is_carried_out(seq: Sequencer, urls: tuple[
     b = other(seq, urls)
     try:
         busy: list[bool] = []
+        rest: list[bool] = []
 
         def arrives() -> None:
-            b.accept(b.store_block(c.blocks[0]))  # below the base: a rebase is noted
-            assert not chain_at_rest(b.state)
-            try:
-                b.advance()
-            except ChainBusy:
-                busy.append(True)
+            leaves_to_the_holder(b, c.blocks[0], busy)  # below the base: a rebase is noted
+            rest.append(chain_at_rest(b.state))
 
         seq.accept(seq.store_block(c.blocks[3]))
         on_release(seq, arrives)
         tip = seq.advance()
-        assert busy == [True]
+        assert busy == [True] and rest == [False]
         assert tip is not None and tip.height == 4 and chain_at_rest(seq.state)
         assert seq.state.counts() == {"applied": 4}
         assert {(u.txid, u.vout) for u in seq.utxo.iter_utxos(confirmed=True)} == confirmed_model(c.txs)
