@@ -46,6 +46,7 @@ from chain.build import build_block, build_tx, coinbase_tx, p2pkh, spend_input
 from stores.blob import open_blob_store
 from stores.state import open_state_store
 from stores.utxo import Utxo, open_utxo_store
+from stores.utxo.gcpause import tune_for_blocks
 from workers.localredis import claim_database
 from workers.sequencer import Sequencer
 
@@ -101,6 +102,7 @@ def seed(urls: dict[str, str], entries: list[Utxo]) -> None:
 
 
 def store_only(urls: dict[str, str], raws: list[bytes]) -> float:
+    tune_for_blocks()  # as in a worker process (workers/services.py)
     utxo = open_utxo_store(urls["store"], blob_url=urls["blobs"])
     state = open_state_store(urls["state"])
     seq = Sequencer(utxo, state, open_blob_store(urls["blobs"]))

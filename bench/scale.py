@@ -29,6 +29,7 @@ from bench.store import database, log, peak_rss_mb
 from stores.blob import open_blob_store
 from stores.state import open_state_store
 from stores.utxo import open_utxo_store
+from stores.utxo.gcpause import tune_for_blocks
 from workers.blockindex import parse_block_fast
 from workers.sequencer import Sequencer
 
@@ -36,6 +37,7 @@ from workers.sequencer import Sequencer
 def timed_blocks(urls: dict[str, str], raws: list[bytes]) -> tuple[list[float], list[float]]:
     """Seconds per block, applied in order by a Sequencer in this process; and the seconds of
     the reference work timed after each."""
+    tune_for_blocks()  # as in a worker process (workers/services.py)
     utxo = open_utxo_store(urls["store"], blob_url=urls["blobs"])
     state = open_state_store(urls["state"])
     seq = Sequencer(utxo, state, open_blob_store(urls["blobs"]))

@@ -11,6 +11,7 @@ from typing import Any
 from stores.blob import BlobStore, open_blob_store
 from stores.state import StateStore, open_state_store
 from stores.utxo import UtxoStore, open_utxo_store
+from stores.utxo.gcpause import tune_for_blocks
 from workers.broker import BrokerRun
 from workers.fanout import TaskFanout
 from workers.registry import Registry
@@ -49,6 +50,7 @@ def services(**overrides: Any) -> Services:
     global _services
     with _lock:
         if _services is None:
+            tune_for_blocks()  # a worker process: blocks, and transactions by the thousand
             s = load_settings(**overrides)
             utxo = open_utxo_store(s.store_url, **s.store_options())
             state = open_state_store(s.state_url)

@@ -60,3 +60,26 @@ def test_threads_overlapping_leave_it_enabled() -> None:
     for t in threads:
         t.join(timeout=10)
     assert gc.isenabled()
+
+
+def test_tuned_for_blocks_the_collector_runs_less_often_and_still_collects_cycles() -> None:
+    import weakref
+
+    from stores.utxo.gcpause import BLOCK_GC_THRESHOLD, tune_for_blocks
+
+    before = gc.get_threshold()
+    try:
+        tune_for_blocks()
+        assert gc.get_threshold() == (BLOCK_GC_THRESHOLD, *before[1:])
+
+        class Node:
+            pass
+
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # type: ignore[attr-defined]  # a cycle: only the collector frees it
+        gone = weakref.ref(a)
+        del a, b
+        junk = [[i] for i in range(2 * BLOCK_GC_THRESHOLD)]  # allocations: a collection runs
+        assert gone() is None and len(junk) == 2 * BLOCK_GC_THRESHOLD
+    finally:
+        gc.set_threshold(*before)
