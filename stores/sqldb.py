@@ -65,6 +65,15 @@ def sqlite_path(url: str) -> str:
     return path
 
 
+def same_sqlite_file(a: str, b: str) -> bool:
+    """Whether two URLs name the same SQLite database file."""
+    try:
+        pa, pb = sqlite_path(a), sqlite_path(b)
+    except ValueError:
+        return False
+    return pa != ":memory:" and Path(pa).resolve() == Path(pb).resolve()
+
+
 def chunks(seq: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for i in range(0, len(seq), size):
         yield seq[i : i + size]
@@ -92,6 +101,8 @@ class Database:
         self.invalid = invalid
         self._lock = threading.RLock()
         self._held: Any = None  # the cursor of the transaction `held` keeps open
+        self._held_lost = False  # an error rolled that transaction back: nothing more may run
+        self._after: list[Callable[[], None]] = []  # run once `held` commits
         self._sqlite: sqlite3.Connection | None = None
         self._pg: psycopg.Connection[Any] | None = None
         scheme = url.split("://", 1)[0].lower() if "://" in url else ""
@@ -156,33 +167,60 @@ class Database:
 
     @contextmanager
     def held(self) -> Iterator[None]:
-        """SQLite: one write transaction for every unit inside (this thread's; others wait),
-        committed at the end, rolled back whole if anything raises. A unit inside is a
-        savepoint (all-or-nothing as ever); a read sees the writes before it. PostgreSQL:
-        nothing changes (units commit one by one)."""
-        if self._sqlite is None or self._held is not None:
+        """SQLite: one write transaction for every unit inside (this thread's; other threads
+        wait), committed at the end, rolled back whole if anything raises. A unit inside is a
+        savepoint (all-or-nothing as ever); a read sees the writes before it; `after_commit`
+        work waits for the end. An error that rolls the whole transaction back (disk full, I/O)
+        fails every unit after it and the end: never half a transaction. PostgreSQL: nothing
+        changes (units commit one by one)."""
+        if self._sqlite is None:
             yield
             return
-        with self._lock, self._txn(True) as cur:
-            self._held = cur
+        with self._lock:
+            if self._held is not None:  # already inside (this thread: the lock is ours)
+                yield
+                return
+            conn = self._sqlite
+            cur = conn.cursor()
+            try:
+                cur.execute("BEGIN IMMEDIATE")  # waits up to the busy timeout for the write lock
+            except sqlite3.Error as e:
+                cur.close()
+                raise self._failure("beginning one transaction for many units", e) from e
+            self._held, self._held_lost, self._after = cur, False, []
             try:
                 yield
+                if self._held_lost or not conn.in_transaction:
+                    raise StorageError(f"a transaction of many units in {self.url_safe} was rolled "
+                                       "back by an error in one of them")
+                cur.execute("COMMIT")
+            except BaseException as e:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(e, sqlite3.Error):
+                    raise self._failure("committing one transaction for many units", e) from e
+                raise
             finally:
-                self._held = None
+                after, self._held, self._after = self._after, None, []
+                cur.close()
+        for fn in after:  # committed: the work that had to wait for it
+            fn()
+
+    def after_commit(self, fn: Callable[[], None]) -> None:
+        """Run `fn` once what this thread wrote is committed: now, or at the end of `held`
+        (never, if that rolls back). For work outside the database that must not precede the
+        commit (deleting a blob a rolled-back row would still name)."""
+        with self._lock:
+            if self._held is None:
+                fn()
+            else:
+                self._after.append(fn)
 
     @contextmanager
     def _txn(self, write: bool) -> Iterator[Any]:
         with self._lock:
             if self._held is not None:  # inside `held`: a unit is a savepoint of its transaction
-                cur = self._held
-                cur.execute("SAVEPOINT unit")
-                try:
-                    yield cur
-                except BaseException:
-                    cur.execute("ROLLBACK TO unit")
-                    cur.execute("RELEASE unit")
-                    raise
-                cur.execute("RELEASE unit")
+                yield from self._savepoint(self._held)
                 return
             if self._sqlite is not None:
                 conn = self._sqlite
@@ -204,6 +242,25 @@ class Database:
                     if not write:  # one snapshot for every statement of a read (several chunks)
                         pcur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                     yield pcur
+
+    def _savepoint(self, cur: Any) -> Iterator[Any]:
+        """A unit inside `held`. Once an error has rolled the whole transaction back (SQLite
+        then forgets every savepoint), no later unit runs: each fails, and so does the end."""
+        assert self._sqlite is not None
+        if self._held_lost:
+            raise StorageError(f"a transaction of many units in {self.url_safe} was rolled back "
+                               "by an error in an earlier one")
+        cur.execute("SAVEPOINT unit")
+        try:
+            yield cur
+        except BaseException:
+            if self._sqlite.in_transaction:
+                cur.execute("ROLLBACK TO unit")
+                cur.execute("RELEASE unit")
+            else:
+                self._held_lost = True
+            raise
+        cur.execute("RELEASE unit")
 
     # -- units of work --------------------------------------------------------------------------
     def transient(self, e: BaseException) -> bool:

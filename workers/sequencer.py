@@ -46,6 +46,7 @@ from chain import Block, block_work
 from stores.blob.protocol import BlobStore
 from stores.errors import StorageError
 from stores.lease import holder_id
+from stores.sqldb import same_sqlite_file
 from stores.state import BlockChange, BlockEntry, BlockStatus, StateStore
 from stores.utxo import UtxoStore
 from workers.blockapply import UNSEEN, BlockApplier, BlockRefused
@@ -98,6 +99,10 @@ class Sequencer:
         )
         self.lease_s = lease_s
         self.retention = utxo.retention
+        # A block in one UTXO-store transaction (`fused`) when its units all run here — and not
+        # when the state store is the same SQLite file: its writes during a block (undo notes,
+        # the lease) would wait for the block's own transaction.
+        self.fuse = self.applier.fanout.local and not same_sqlite_file(utxo.url, state.url)
         self.holder = holder_id(f"{id(self):x}")
         # blocks this worker's passes made final (applied, refused): their message ids go once
         # a pass ends with the chain at rest (`take_settled`), theirs or left to this worker
@@ -278,9 +283,9 @@ class Sequencer:
         self.state.commit(undo={e.hash: undo}, meta={APPLYING: e.hash.hex()})
         t0 = time.perf_counter()
         self.applier.heartbeat = self._renewer()
-        # one writer (SQLite) and no helper: the whole block in one write transaction, which
-        # a crash leaves unwritten (the `applying` mark's take-back then finds nothing to undo)
-        fused = self.utxo.fused() if self.applier.fanout.local else nullcontext()
+        # the whole block in one write transaction where it can be (see __init__), which a
+        # crash leaves unwritten (the `applying` mark's take-back then finds nothing to undo)
+        fused = self.utxo.fused() if self.fuse else nullcontext()
         try:
             with fused:
                 counts = self.applier.apply(

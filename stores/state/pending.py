@@ -79,7 +79,7 @@ class PendingTable:
 
     def remove_pending(self, ident: str) -> None:
         sql = self.db.q("DELETE FROM pending WHERE ident = ?")
-        self.db.write("remove pending", lambda cur: cur.execute(sql, (ident,)), idempotent=True)
+        self.db.write("remove pending", lambda cur: cur.execute(sql, (ident,)))
 
     def pending(self, upto: int | None = None) -> list[PendingEntry]:
         def q(cur: Any) -> list[Any]:

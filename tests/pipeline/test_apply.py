@@ -312,3 +312,28 @@ def test_a_conflict_swap_whose_mempool_tx_lost_a_parent(w: World) -> None:
     w.add([spend((w.funds[2], 0), fee=5)])
     assert w.seq.utxo.get(m.txid).conflicting
     assert not w.seq.utxo.get(w.funds[2].txid).locked
+
+
+# -- one write transaction per block (SQLite) -------------------------------------------------
+
+
+def test_a_block_is_fused_unless_the_state_store_shares_its_sqlite_file(tmp_path: Path) -> None:
+    """With the state store in the UTXO store's SQLite file, the state store's writes during a
+    block (the undo notes of a conflict swap) would wait for the block's own transaction: such
+    a block is applied unit by unit, and a conflict swap goes through."""
+    blobs = open_blob_store(f"file://{tmp_path}/blobs")
+    one = f"sqlite:///{tmp_path}/one.db"
+    apart = Sequencer(open_utxo_store(f"sqlite:///{tmp_path}/u.db"), open_state_store(f"sqlite:///{tmp_path}/s.db"),
+                      blobs)
+    shared = Sequencer(open_utxo_store(one), open_state_store(one), blobs)
+    try:
+        assert apart.fuse and not shared.fuse
+        w = World(shared)
+        m = spend((w.funds[1], 0))
+        w.mempool(m)
+        w.add([spend((w.funds[1], 0), fee=5)])  # a swap: m conflicting, noted in the undo record
+        assert w.seq.utxo.get(m.txid, ["conflicting"]).conflicting
+    finally:
+        for s in (apart, shared):
+            s.utxo.close()
+            s.state.close()

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from stores.errors import StorageError
+from stores.sqldb import Database
 from stores.utxo import TxExists, UtxoStore, open_utxo_store
 from tests.stores.helpers import child, created, funding
 
@@ -61,3 +63,58 @@ def test_nothing_inside_is_seen_by_another_sqlite_connection_before_the_end(tmp_
     finally:
         other.close()
         store.close()
+
+
+def test_a_blob_goes_only_when_its_record_s_deletion_commits(store_url: str, tmp_path: Path) -> None:
+    s = open_utxo_store(store_url, retention=288, blob_url=f"file://{tmp_path}/blobs", externalize_all=True)
+    try:
+        a, b = funding(), funding()
+        created(s, a, b)
+        with pytest.raises(RuntimeError), s.fused():
+            s.delete_txs([a.txid])  # a refused block's take-back, inside its transaction...
+            raise RuntimeError("...which then rolls back")
+        if store_url.startswith("sqlite"):  # the record is back: so is its blob
+            assert s.get(a.txid).tx == a
+        with s.fused():
+            s.delete_txs([b.txid])
+        assert s.existing([a.txid, b.txid]) == ({a.txid} if store_url.startswith("sqlite") else set())
+        assert not s.external.exists(b.txid)  # type: ignore[attr-defined]
+    finally:
+        s.close()
+
+
+def test_an_error_that_rolls_the_whole_transaction_back_fails_every_unit_after_it(tmp_path: Path) -> None:
+    """Disk full inside: SQLite rolls the transaction back whole and forgets its savepoints. A
+    caller that carries on finds every later unit failing, and the end too: never half of it."""
+    db = Database(f"sqlite:///{tmp_path}/x.db")
+    try:
+        db.write("table", lambda c: c.execute("CREATE TABLE t (a BLOB)"))
+        pages = db.outside("PRAGMA page_count")[0][0]
+        db.outside(f"PRAGMA max_page_count={pages + 3}")
+        with pytest.raises(StorageError, match="rolled back by an error"), db.held():
+            db.write("a", lambda c: c.execute("INSERT INTO t VALUES (1)"))
+            with pytest.raises(StorageError, match="full"):
+                db.write("big", lambda c: c.execute("INSERT INTO t VALUES (?)", (b"x" * 200_000,)))
+            with pytest.raises(StorageError, match="earlier one"):
+                db.write("b", lambda c: c.execute("INSERT INTO t VALUES (2)"))
+        assert db.read("rows", lambda c: c.execute("SELECT a FROM t").fetchall()) == []
+        with db.held():  # and the next transaction is whole again
+            db.write("c", lambda c: c.execute("INSERT INTO t VALUES (3)"))
+        assert db.read("rows", lambda c: c.execute("SELECT a FROM t").fetchall()) == [(3,)]
+    finally:
+        db.close()
+
+
+def test_a_transaction_that_cannot_begin_is_a_storage_error(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/x.db"
+    db, other = Database(url, busy_timeout_s=0.2), Database(url)
+    try:
+        other.outside("BEGIN IMMEDIATE")  # another process holds the write lock
+        with pytest.raises(StorageError, match="database is locked"), db.held():
+            pass
+        other.outside("ROLLBACK")
+        with db.held():
+            pass
+    finally:
+        db.close()
+        other.close()

@@ -256,9 +256,16 @@ class StateMixin(PagedMixin):
             cur.executemany(self.db.q("DELETE FROM txs WHERE id = ?"), [(r.id,) for r in gone])
 
     def _delete_blobs(self, gone: Sequence[Record]) -> None:
-        for rec in gone:
-            if rec.external:
-                try:
-                    self.external.delete(rec.txid)
-                except StorageError as e:
-                    log.warning("removed tx %s, but its blob stays: %s", hash_to_hex(rec.txid), e)
+        """After the records' deletion commits (inside `fused`, at its end: a rollback would
+        bring back a record naming its blob)."""
+
+        def delete() -> None:
+            for rec in gone:
+                if rec.external:
+                    try:
+                        self.external.delete(rec.txid)
+                    except StorageError as e:
+                        log.warning("removed tx %s, but its blob stays: %s", hash_to_hex(rec.txid), e)
+
+        if any(rec.external for rec in gone):
+            self.db.after_commit(delete)
