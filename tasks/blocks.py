@@ -42,10 +42,10 @@ def accept(seq: Sequencer, block: Block) -> BlockEntry | None:
 def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
     """Index the block and apply the best chain (see above). Idempotent: a redelivered
     message finds the block known and the chain applied."""
-    svc = services()
-    seq = svc.sequencer
     h = hex_to_hash(block_hash)
     try:
+        svc = services()  # (first call in a process: opens the stores, which may fail)
+        seq = svc.sequencer
         entry = accept(seq, seq.load(h))
         if entry is None:  # another worker has been indexing for long: later
             raise self.retry(countdown=1.0)

@@ -22,8 +22,8 @@ PARENT_RETRIES = 20  # a tx whose parents have not arrived waits this many times
 def tx_arrived(self: Task, txid: str, ident: str) -> dict[str, Any]:
     """Spend the tx's inputs, then create its record (both idempotent). A tx whose parents
     are not in the store yet is retried, within a bound, then reported."""
-    svc = services()
     try:
+        svc = services()  # (first call in a process: opens the stores, which may fail)
         tx = parse_tx(svc.blobs.get(blob_key(hex_to_hash(txid), "tx")))
         height = svc.utxo.current_height()  # unmined since the tip; it spends as the next block would
         (spent,) = svc.utxo.spend_many([tx], height + 1) if not tx.is_coinbase else ([],)

@@ -73,7 +73,7 @@ class SqlStateStore(ChunkBoardMixin, PendingTable):
         self._create = create
         self.db = Database(url, what="state store", create=create)
         try:
-            self.db.write("create the state schema", self._schema)
+            self.db.write("create the state schema", self._schema, idempotent=True)  # IF NOT EXISTS
         except BaseException:
             self.db.close()  # a refused store leaves no connection behind
             raise

@@ -10,10 +10,13 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
+import psycopg
 import pytest
 
 from chain import Tx, parse_block
+from tests.conftest import PG_ADMIN
 from tests.pipeline.chains import Chain, confirmed_model, funding, outpoints, spend
 from tests.pipeline.workers import Pipeline, children, pipeline_fixture, until  # noqa: F401  (fixture)
 from workers.kombu_fix import UNDECODABLE_KEY
@@ -300,3 +303,28 @@ def test_wait_on_an_id_it_cannot_look_up_times_out(pipeline: Pipeline) -> None:
     pipeline.register("block:x")
     r = pipeline.utxo("wait", "--timeout", "0.5")
     assert (r.returncode, r.stdout.strip()) == (1, '{"done": false, "pending": 1}'), r.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_whose_store_is_not_there_yet_waits_for_it(pipeline: Pipeline) -> None:
+    """The first task of a worker process opens the stores: a UTXO store that cannot be reached
+    yet (its database not created) makes the task try again later, not fail and lose its
+    block (regression: the failure was raised outside the task's retries)."""
+    name = f"utxoflow_late_{uuid.uuid4().hex[:10]}"
+    url = f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
+    c = Chain()
+    for _ in range(3):
+        c.add()
+    pipeline.enqueue("block", c.blocks)  # (`utxo enqueue` opens every store: it does so here)
+    pipeline.env["UTXO_STORE_URL"] = url
+    pipeline.start_worker("w1")
+    with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=5) as admin:
+        try:
+            until(lambda: "will retry" in pipeline.log("w1"), 30, why="the worker tries the store")
+            admin.execute(f'CREATE DATABASE "{name}"')
+            pipeline.wait(60)
+            assert pipeline.tip()["height"] == 3
+            assert "Traceback" not in pipeline.log("w1"), pipeline.log("w1")
+        finally:
+            pipeline.stop(graceful=False)
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -77,7 +77,7 @@ class SqlUtxoStore(SnapshotMixin):
             url, what="UTXO store", create=create, pragmas=self.pragmas, invalid=ProcessingError
         )
         try:
-            self.db.write("create schema", self._schema)
+            self.db.write("create schema", self._schema, idempotent=True)  # IF NOT EXISTS, throughout
             self.block_height = self.db.read("read block height", self._stored_height)
         except BaseException:
             self.db.close()
