@@ -9,33 +9,19 @@ the holder has applied (or refused) the block (workers/registry.py), so `utxo wa
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from celery import Task
 
-from chain import Block, hex_to_hash
+from chain import hex_to_hash
 from stores.errors import StorageError
-from stores.state import BlockEntry
 from workers.app import app
 from workers.blockindex import BlockMissing
-from workers.sequencer import ChainBusy, Sequencer, Unfinished
+from workers.sequencer import ChainBusy, Unfinished
 from workers.services import services
 
 log = logging.getLogger("utxoflow.tasks")
 MISSING_RETRIES = 3  # a block whose bytes are nowhere is reported after this many tries
-INDEX_WAIT_S = 10.0  # how long to wait for another worker's indexing (milliseconds, normally)
-
-
-def accept(seq: Sequencer, block: Block) -> BlockEntry | None:
-    """Index the block, waiting while another worker indexes one (None: still busy after
-    INDEX_WAIT_S): the block is parsed once, not again at every retry."""
-    deadline = time.monotonic() + INDEX_WAIT_S
-    delay = 0.005
-    while (entry := seq.accept(block)) is None and time.monotonic() < deadline:
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
-    return entry
 
 
 @app.task(name="utxoflow.block.arrived", bind=True, max_retries=None)
@@ -46,7 +32,7 @@ def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
     try:
         svc = services()  # (first call in a process: opens the stores, which may fail)
         seq = svc.sequencer
-        entry = accept(seq, seq.load(h))
+        entry = seq.accept(seq.load(h))  # (waits for the index lease: parsed once)
         if entry is None:  # another worker has been indexing for long: later
             raise self.retry(countdown=1.0)
         seq.advance(budget_s=svc.settings.block_task_budget)

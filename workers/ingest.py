@@ -40,19 +40,18 @@ def _hex_lines(data: bytes) -> list[bytes] | None:
 def read_blocks(data: bytes, name: str = "input") -> list[tuple[Block, bytes]]:
     """(block, its bytes) from a binary block, hex (one block per line), or a blk*.dat file of
     any network magic."""
-    parse_block = parse_block_fast
     hexed = _hex_lines(data)
     try:
         if hexed is not None:
-            return [(parse_block(b), b) for b in hexed]
+            return [(parse_block_fast(b), b) for b in hexed]
         try:
-            return [(parse_block(data), data)]
+            return [(parse_block_fast(data), data)]
         except ParseError as as_block:
             try:
                 recs = [raw for _off, raw in iter_blk_records(data)]
             except ParseError:
                 raise as_block from None  # neither: the block's own error says more
-            return [(parse_block(raw), raw) for raw in recs]
+            return [(parse_block_fast(raw), raw) for raw in recs]
     except ParseError as e:
         raise ParseError(f"{name}: {e.what}", e.offset) from None
 

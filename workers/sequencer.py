@@ -67,6 +67,10 @@ log = logging.getLogger("utxoflow.sequencer")
 LEASE = "chain"  # applying the best chain
 APPLYING = "applying"  # state meta: the block being applied now (its undo record says what is new)
 DISCONNECTING = "disconnecting"  # state meta: the block being taken off the chain now
+# How long the index lease is waited for (it is held for milliseconds: longer means its holder is
+# stuck): by a block's indexing (then its task is retried), by a rebase (then it fails, retried).
+INDEX_WAIT_S = 10.0
+REBASE_INDEX_WAIT_S = 30.0
 
 
 class ChainBusy(Exception):
@@ -93,7 +97,11 @@ class Sequencer:
         self.state = state
         self.blobs = blobs
         self.blocks = Blocks(blobs)
-        self.index = BlockIndex(state, self.blocks, self.lease, utxo.snapshot_block)
+        # the index lease is held for milliseconds at a time: its takers wait for it (a block
+        # task rather than being retried and parsing its block again)
+        self.index = BlockIndex(
+            state, self.blocks, lambda name, ttl_s: self.lease(name, ttl_s, INDEX_WAIT_S), utxo.snapshot_block
+        )
         self.applier = BlockApplier(
             utxo, allow_missing_inputs=allow_missing_inputs, chunk=chunk_txs, fanout=fanout or LocalFanout()
         )
@@ -142,10 +150,17 @@ class Sequencer:
 
     # -- the best chain --------------------------------------------------------------------------
     @contextmanager
-    def lease(self, name: str = LEASE, ttl_s: float | None = None) -> Iterator[bool]:
-        """Hold the lease `name` while inside (yields False when another worker holds it; one
-        that lapsed, or whose holder is a dead process of this host, is taken: `stores.lease`)."""
-        got = self.state.acquire_lease(name, self.holder, ttl_s or self.lease_s)
+    def lease(self, name: str = LEASE, ttl_s: float | None = None, wait_s: float = 0.0) -> Iterator[bool]:
+        """Hold the lease `name` while inside (yields False when another worker holds it, still
+        after `wait_s`; one that lapsed, or whose holder is a dead process of this host, is
+        taken: `stores.lease`)."""
+        deadline = time.monotonic() + wait_s
+        delay = 0.005
+        while not (got := self.state.acquire_lease(name, self.holder, ttl_s or self.lease_s)):
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
         try:
             yield got
         finally:
@@ -376,22 +391,6 @@ class Sequencer:
         self.state.commit(blocks=changes, undo={e.hash: None}, meta={APPLYING: None})
         self._settled.update(c.hash for c in changes)
 
-    @contextmanager
-    def _index_lease(self) -> Iterator[None]:
-        """Hold the index lease, waiting for it here: the chain's holder never leaves a pass
-        because another worker is indexing (that worker would leave its block to this pass)."""
-        deadline = time.monotonic() + INDEX_WAIT_S
-        delay = 0.005
-        while True:
-            with self.lease(INDEX_LEASE, 30.0) as mine:
-                if mine:
-                    yield
-                    return
-            if time.monotonic() > deadline:
-                raise StorageError("the index lease has been held for too long: the chain waits")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.1)
-
     def _rebase(self, check_budget: Callable[[], None]) -> None:
         """Carry out a rebase the index noted (see the invariants)."""
         if self.state.get_meta(REBASE) is None:
@@ -402,7 +401,11 @@ class Sequencer:
             self._take_back(tip)
             check_budget()
             tip = self.state.tip()
-        with self._index_lease():  # the heights change under the index's feet
+        # the heights change under the index's feet; the holder waits for the index lease rather
+        # than leave the pass (the worker indexing would leave its block to this pass)
+        with self.lease(INDEX_LEASE, 30.0, REBASE_INDEX_WAIT_S) as mine:
+            if not mine:
+                raise StorageError("the index lease has been held for too long: the chain waits")
             root = self.index.rebase_root()  # (ancestors that arrived since the note count)
             if root is None:
                 self.state.commit(meta={REBASE: None})
@@ -436,7 +439,6 @@ class Sequencer:
         )
 
 
-INDEX_WAIT_S = 30.0  # the index lease is held for milliseconds: longer means its holder is stuck
 
 
 def chain_at_rest(state: StateStore) -> bool:
