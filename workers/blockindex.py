@@ -84,11 +84,14 @@ def corrupt(e: BlockEntry) -> bool:
     return e.status is BlockStatus.INVALID and (e.reason or "").startswith(BODY_MISMATCH)
 
 
-def keep_block(blobs: BlobStore, block: Block, raw: bytes) -> None:
-    """Keep a block's bytes, write-once — except that a copy whose transactions match its header
+def keep_block(blobs: BlobStore, block_hash: bytes, raw: bytes, block: Block | None = None) -> None:
+    """Keep a block's bytes (`raw`, which parse to a block of hash `block_hash`; `block`: them
+    parsed, if at hand), write-once — except that a copy whose transactions match its header
     replaces a stored copy whose transactions do not (the same hash: a corrupted copy)."""
-    key = blob_key(block.hash, "block")
-    if blobs.put_if_absent(key, raw) or check_block(block) is not None:
+    key = blob_key(block_hash, "block")
+    if blobs.put_if_absent(key, raw):
+        return
+    if check_block(block if block is not None else parse_block(raw)) is not None:
         return
     try:
         stored: Block | None = parse_block(blobs.get(key))
@@ -143,7 +146,7 @@ class Blocks:
     def store(self, raw: bytes) -> Block:
         """Parse a block's framing (ParseError when it is not a block) and keep its bytes."""
         block = self._parse(raw)
-        keep_block(self.blobs, block, raw)
+        keep_block(self.blobs, block.hash, raw, block)
         self.keep(block)
         return block
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import string
 import uuid
+from dataclasses import dataclass
 
-from chain import Block, ParseError, Tx, iter_blk_records, parse_tx
+from chain import Block, ParseError, Tx, hash_to_hex, iter_blk_records, parse_tx
 from stores.blob.protocol import blob_key
 from workers.blockindex import keep_block, parse_block_fast
 from workers.services import Services, services
@@ -37,29 +38,57 @@ def _hex_lines(data: bytes) -> list[bytes] | None:
         raise ParseError(f"bad hex: {e}", 0) from None
 
 
-def read_blocks(data: bytes, name: str = "input") -> list[tuple[Block, bytes]]:
-    """(block, its bytes) from a binary block, hex (one block per line), or a blk*.dat file of
-    any network magic."""
-    hexed = _hex_lines(data)
-    try:
-        if hexed is not None:
-            return [(parse_block_fast(b), b) for b in hexed]
+@dataclass(frozen=True, slots=True)
+class CheckedBlock:
+    """A block's bytes that parse, with what enqueuing them needs: its hash and size. The parsed
+    transactions are not kept: a file of many blocks is checked whole before the first is sent,
+    and holding every block parsed would take many times the file's size (and its time)."""
+
+    hash: bytes
+    txs: int
+    raw: bytes
+
+    @property
+    def hash_hex(self) -> str:
+        return hash_to_hex(self.hash)
+
+
+def _checked(raws: list[bytes]) -> list[CheckedBlock]:
+    out = []
+    for k, raw in enumerate(raws):
         try:
-            return [(parse_block_fast(data), data)]
+            block = parse_block_fast(raw)
+        except ParseError as e:
+            if len(raws) == 1:
+                raise
+            raise ParseError(f"block {k + 1} of {len(raws)}: {e.what}", e.offset) from None
+        out.append(CheckedBlock(block.hash, len(block.txs), raw))
+    return out
+
+
+def read_blocks(data: bytes, name: str = "input") -> list[CheckedBlock]:
+    """The blocks of a binary block, hex (one block per line), or a blk*.dat file of any network
+    magic, each checked to parse."""
+    try:
+        hexed = _hex_lines(data)
+        if hexed is not None:
+            return _checked(hexed)
+        try:
+            return _checked([data])
         except ParseError as as_block:
             try:
                 recs = [raw for _off, raw in iter_blk_records(data)]
             except ParseError:
                 raise as_block from None  # neither: the block's own error says more
-            return [(parse_block_fast(raw), raw) for raw in recs]
+            return _checked(recs)
     except ParseError as e:
         raise ParseError(f"{name}: {e.what}", e.offset) from None
 
 
 def read_txs(data: bytes, name: str = "input") -> list[Tx]:
     """Transactions from binary bytes (one transaction) or hex, one per line."""
-    hexed = _hex_lines(data)
     try:
+        hexed = _hex_lines(data)
         return [parse_tx(t) for t in hexed] if hexed is not None else [parse_tx(data)]
     except ParseError as e:
         raise ParseError(f"{name}: {e.what}", e.offset) from None
@@ -79,12 +108,12 @@ def send(task: str, arg: str, ident: str, svc: Services) -> None:
     publish(task, arg, ident)
 
 
-def submit_block(raw: bytes, svc: Services | None = None, block: Block | None = None) -> str:
+def submit_block(raw: bytes, svc: Services | None = None, block: Block | CheckedBlock | None = None) -> str:
     """Store and enqueue one block (ParseError when the bytes are not one; `block`: they were
-    parsed already, into it); its hash."""
+    parsed or checked already, into it); its hash."""
     svc = svc or services()
     block = block or parse_block_fast(raw)
-    keep_block(svc.blobs, block, raw)
+    keep_block(svc.blobs, block.hash, raw, block if isinstance(block, Block) else None)
     send(BLOCK_TASK, block.hash_hex, f"block:{block.hash_hex}", svc)
     return block.hash_hex
 

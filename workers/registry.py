@@ -59,27 +59,35 @@ class Registry:
             self.done(f"block:{h[::-1].hex()}")
 
     def wait(
-        self, timeout: float, poll: float = 0.2, settled: Callable[[str], bool] | None = None
+        self,
+        timeout: float,
+        poll: float = 0.05,
+        settled: Callable[[str], bool] | None = None,
+        settle_every: float = 1.0,
     ) -> bool:
         """True once none of the ids pending now is pending any more; False on timeout. An id
         that `settled` says is done anyway (a block another worker applied while the message's
-        own worker died) is taken off the registry."""
+        own worker died) is taken off the registry: asked at once, then every `settle_every`
+        seconds (it reads the chain's state per id), while the registry itself is read every
+        `poll` seconds (one indexed read: a wait returns soon after the work is done)."""
         now = self.state.pending()
         if not now:
             return True
         upto = now[-1].seq  # ids registered later (or removed and added again) are not waited for
         deadline = time.monotonic() + timeout
+        settle_at = time.monotonic()  # at once, then every `settle_every` seconds
         while True:
             waiting = [e.ident for e in self.state.pending(upto)]
-            if settled is not None:
+            if settled is not None and waiting and time.monotonic() >= settle_at:
                 for w in [w for w in waiting if settled(w)]:
                     self.done(w)
                     waiting.remove(w)
+                settle_at = time.monotonic() + settle_every
             if not waiting:
                 return True
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(poll)
+            time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
 
 
 def block_settled(state: StateStore) -> Callable[[str], bool]:

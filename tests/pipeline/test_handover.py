@@ -5,6 +5,7 @@ pending are swept once settled (workers/registry.py); a block is parsed once per
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -170,3 +171,44 @@ def test_a_block_is_parsed_once_while_kept(tmp_path: Path) -> None:
     for k in (0, 1, 2):
         by_size.load(h[k])
     assert by_size.load(h[0]) and by_size.load(h[2]) and by_size.parses == 3  # two fit: the second went
+
+
+def test_wait_returns_soon_after_the_last_id_goes(tmp_path: Path) -> None:
+    """`utxo wait` reads the registry every poll; the settled check (reads per id) runs at once
+    and then every `settle_every` seconds only."""
+    state = open_state_store(f"sqlite:///{tmp_path}/state.db")
+    other_state = open_state_store(f"sqlite:///{tmp_path}/state.db")
+    reg, theirs = Registry(state), Registry(other_state)
+    ids = [f"tx:{k:064x}" for k in range(3)]
+    for i in ids:
+        reg.add(i)
+    asked: list[str] = []
+    gone_at: list[float] = []
+
+    def remove_all() -> None:
+        for i in ids:
+            time.sleep(0.3)
+            gone_at.append(time.monotonic())
+            theirs.done(i)
+
+    def settled(ident: str) -> bool:
+        asked.append(ident)
+        return False
+
+    worker = threading.Thread(target=remove_all)
+    try:
+        worker.start()
+        assert reg.wait(30, settled=settled, settle_every=0.5)
+        returned = time.monotonic()
+        worker.join()
+        assert returned - gone_at[-1] < 0.5  # by a poll, not by the settled check
+        assert asked[:3] == ids  # once at the start, then every half second: never every poll
+        assert 3 <= len(asked) <= 3 + 3 * 2
+        reg.add("tx:" + "cd" * 32)
+        assert not reg.wait(0.3, settled=settled)  # nothing removes it: the timeout answers
+        assert reg.wait(5, settled=lambda i: True)  # settled anyway: taken off at once
+        assert reg.pending() == set()
+    finally:
+        worker.join()
+        state.close()
+        other_state.close()

@@ -95,9 +95,9 @@ def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
     blocks = _parse_all(files, read_blocks)
     svc = services()
     with Reporter() as rep, rep.step("enqueue blocks", len(blocks), "blocks") as advance:
-        for block, raw in blocks:
-            submit_block(raw, svc, block)
-            emit({"enqueued": "block", "hash": block.hash_hex, "txs": len(block.txs)})
+        for block in blocks:
+            submit_block(block.raw, svc, block)
+            emit({"enqueued": "block", "hash": block.hash_hex, "txs": block.txs})
             advance(1)
 
 

@@ -1,0 +1,47 @@
+"""Reading blocks for `utxo enqueue`: every block of a file checked before any is sent, and only
+its hash, size and bytes kept; the stored copy of a block is replaced only by a genuine one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chain import ParseError, parse_block
+from stores.blob import open_blob_store
+from stores.blob.protocol import blob_key
+from tests.pipeline.chains import Chain, assemble
+from workers.blockindex import keep_block
+from workers.ingest import CheckedBlock, read_blocks
+
+
+def test_read_blocks_keeps_hash_size_and_bytes_only() -> None:
+    c = Chain()
+    for _ in range(3):
+        c.add()
+    text = b"".join(raw.hex().encode() + b"\n" for raw in c.blocks)
+    got = read_blocks(text, "chain.hex")
+    assert got == [CheckedBlock(parse_block(r).hash, len(parse_block(r).txs), r) for r in c.blocks]
+    assert got[0].hash_hex == parse_block(c.blocks[0]).hash_hex
+    assert read_blocks(c.blocks[1]) == [got[1]]  # one binary block
+    broken = text[:-41] + b"\n"  # the last block cut short: the file is refused whole
+    with pytest.raises(ParseError, match=r"chain\.hex: block 3 of 3: transaction 0 of 1: truncated"):
+        read_blocks(broken, "chain.hex")
+    with pytest.raises(ParseError, match=r"chain\.hex: bad hex"):  # an odd number of digits
+        read_blocks(text[:-42] + b"\n", "chain.hex")
+
+
+def test_a_genuine_copy_replaces_a_corrupted_one_without_being_parsed_first(tmp_path: Path) -> None:
+    c = Chain()
+    c.add()
+    good = c.blocks[0]
+    blk = parse_block(good)
+    bad = assemble(good[:80], [*blk.txs, blk.txs[-1]])  # the same hash, a duplicated last tx
+    blobs = open_blob_store(f"file://{tmp_path}/blobs")
+    keep_block(blobs, blk.hash, bad)
+    assert blobs.get(blob_key(blk.hash, "block")) == bad
+    keep_block(blobs, blk.hash, bad)  # again: still the first copy (nothing better came)
+    keep_block(blobs, blk.hash, good)  # the genuine one: it replaces the corrupted copy
+    assert blobs.get(blob_key(blk.hash, "block")) == good
+    keep_block(blobs, blk.hash, bad)  # a corrupted copy never replaces a genuine one
+    assert blobs.get(blob_key(blk.hash, "block")) == good
