@@ -44,6 +44,7 @@ from stores.utxo import (
     BlockInfo,
     Ignore,
     SpendRejected,
+    Standing,
     StorageError,
     TxCoinbaseImmature,
     TxConflicting,
@@ -79,6 +80,15 @@ class BlockRefused(Exception):
         self.reason = reason
 
 
+def outside_parents(block: Block) -> set[bytes]:
+    """The transactions the block's inputs spend from, but for its own."""
+    in_block = {t.txid for t in block.txs}
+    return {
+        i.prev_txid for t in block.txs if not t.is_coinbase
+        for i in t.inputs if i.prev_txid not in in_block
+    }
+
+
 def chunks(seq: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for i in range(0, len(seq), size):
         yield seq[i : i + size]
@@ -95,13 +105,17 @@ class BlockApplier:
     heartbeat: Callable[[], None] = lambda: None
     _undo: dict[str, Any] | None = None
     _save: Callable[[dict[str, Any]], None] | None = None
+    # What `plan` read of the store, for `check_known` of the same block right after: one read
+    # of the block's transactions and their parents instead of two (block hash, standing).
+    _planned: tuple[bytes, dict[bytes, Standing]] | None = None
 
     # -- apply ---------------------------------------------------------------------------------
     def plan(self, block: Block) -> dict[str, Any]:
         """The undo record: which of the block's transactions are new to the store."""
         txids = [t.txid for t in block.txs]
-        have = self.utxo.existing(txids)
-        return {"created": [t.hex() for t in txids if t not in have]}
+        known = self.utxo.standing([*txids, *outside_parents(block)])
+        self._planned = (block.hash, known)
+        return {"created": [t.hex() for t in txids if t not in known]}
 
     def apply(
         self,
@@ -149,12 +163,13 @@ class BlockApplier:
         mined on this chain (not a mempool tx the block does not mine). Returns the block's
         transactions that are conflicting (for `reclaim`): all from one read of the store."""
         in_block = {t.txid for t in block.txs}
-        parents = {
-            i.prev_txid for t in block.txs if not t.is_coinbase
-            for i in t.inputs if i.prev_txid not in in_block
-        }
+        parents = outside_parents(block)
         held = [t for t in in_block if t not in created]
-        known = self.utxo.standing([*held, *parents])
+        planned, self._planned = self._planned, None
+        if planned is not None and planned[0] == block.hash:
+            known = planned[1]  # read by `plan` just before (created: what it did not find)
+        else:
+            known = self.utxo.standing([*held, *parents])
         again = [t for t in held if t in known and known[t].mined]
         if again:
             raise BlockRefused(f"tx {hash_to_hex(min(again))} is already mined on this chain")
