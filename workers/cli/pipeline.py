@@ -70,7 +70,7 @@ def _read(path: str) -> tuple[str, bytes]:
 
 
 def _parse_all(files: tuple[str, ...], parse: Callable[[bytes, str], list[T]]) -> list[T]:
-    """Every item of every file, all parsed before anything is enqueued (bad bytes: nothing)."""
+    """Every item of every file, all checked before anything is enqueued (bad bytes: nothing)."""
     items: list[T] = []
     for f in files:
         name, data = _read(f)
