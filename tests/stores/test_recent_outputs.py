@@ -18,10 +18,10 @@ def tx_with(values: list[int], tag: int) -> Tx:
 
 def test_values_by_outpoint() -> None:
     recent = RecentOutputs()
-    a, b = tx_with([5, 2**62, 0], 1), tx_with([21 * 10**14], 2)
+    a, b = tx_with([5, 2**64 - 1, 0], 1), tx_with([21 * 10**14], 2)  # any value the wire holds
     recent.add(a)
     recent.add(b)
-    assert [recent.get(a.txid, v) for v in range(3)] == [5, 2**62, 0]
+    assert [recent.get(a.txid, v) for v in range(3)] == [5, 2**64 - 1, 0]
     assert recent.get(b.txid, 0) == 21 * 10**14
     assert recent.get(b.txid, 1) is None  # no such output
     assert recent.get(b"\x07" * 32, 0) is None  # never seen

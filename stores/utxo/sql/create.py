@@ -62,7 +62,7 @@ class RecentOutputs:
         n = len(outs)
         if tx.txid in self._values or n > self.max_outputs // 4:
             return  # a huge tx would push everything else out
-        self._values[bytes(bytearray(tx.txid))] = _pack(f"<{n}q", *[o.satoshis for o in outs])
+        self._values[bytes(bytearray(tx.txid))] = _pack(f"<{n}Q", *[o.satoshis for o in outs])
         self._count += n
         while self._count > self.max_outputs:
             _t, old = self._values.popitem(last=False)
@@ -76,7 +76,7 @@ class RecentOutputs:
 
 
 _pack = struct.pack
-_unpack_q = struct.Struct("<q").unpack_from
+_unpack_q = struct.Struct("<Q").unpack_from  # unsigned, as on the wire
 
 
 class _Raced(Exception):
