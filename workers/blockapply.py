@@ -105,16 +105,16 @@ class BlockApplier:
     heartbeat: Callable[[], None] = lambda: None
     _undo: dict[str, Any] | None = None
     _save: Callable[[dict[str, Any]], None] | None = None
-    # What `plan` read of the store, for `check_known` of the same block right after: one read
-    # of the block's transactions and their parents instead of two (block hash, standing).
-    _planned: tuple[bytes, dict[bytes, Standing]] | None = None
+    # What `plan` read of the store, for `check_known` of the same block (the same object) right
+    # after: one read of the block's transactions and their parents instead of two.
+    _planned: tuple[Block, dict[bytes, Standing]] | None = None
 
     # -- apply ---------------------------------------------------------------------------------
     def plan(self, block: Block) -> dict[str, Any]:
         """The undo record: which of the block's transactions are new to the store."""
         txids = [t.txid for t in block.txs]
         known = self.utxo.standing([*txids, *outside_parents(block)])
-        self._planned = (block.hash, known)
+        self._planned = (block, known)
         return {"created": [t.hex() for t in txids if t not in known]}
 
     def apply(
@@ -166,8 +166,14 @@ class BlockApplier:
         parents = outside_parents(block)
         held = [t for t in in_block if t not in created]
         planned, self._planned = self._planned, None
-        if planned is not None and planned[0] == block.hash:
+        if planned is not None and planned[0] is block:
             known = planned[1]  # read by `plan` just before (created: what it did not find)
+            # A parent missing then may have been created since (a mempool tx, by a tx worker,
+            # before this block's write transaction began): read those again, here, where the
+            # rule is checked — a valid block has none.
+            unseen = [p for p in parents if p not in known]
+            if unseen:
+                known = {**known, **self.utxo.standing(unseen)}
         else:
             known = self.utxo.standing([*held, *parents])
         again = [t for t in held if t in known and known[t].mined]

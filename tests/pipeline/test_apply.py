@@ -337,3 +337,33 @@ def test_a_block_is_fused_unless_the_state_store_shares_its_sqlite_file(tmp_path
         for s in (apart, shared):
             s.utxo.close()
             s.state.close()
+
+
+def test_a_parent_created_between_the_plan_and_the_checks_is_seen(
+    seq: Sequencer, urls: tuple[str, str], tmp_path: Path
+) -> None:
+    """A tx worker creates (and spends into) a mempool tx just after the block's plan read the
+    store, before the block's write transaction: a block spending it is still refused, as
+    one that arrived after it would be (the plan's read is handed to the checks, which read
+    again what it did not find)."""
+    w = World(seq)
+    other = open_utxo_store(urls[0], blob_url=f"file://{tmp_path}/blobs")  # another worker's
+    try:
+        m = spend((w.funds[1], 0))
+        raw = w.chain.next_block([spend((w.funds[2], 0)), spend((m, 0))])
+        height = w.chain.height - 1
+        plan = seq.applier.plan
+
+        def plan_then_m_arrives(block: Block) -> dict[str, object]:
+            undo = plan(block)
+            other.create(m, height)
+            other.spend(m, height)
+            return undo
+
+        seq.applier.plan = plan_then_m_arrives  # type: ignore[method-assign]
+        e = seq.submit(raw)
+        assert e.status is BlockStatus.INVALID and "not mined on this chain" in (e.reason or ""), e
+        assert seq.utxo.existing([m.txid]) == {m.txid}  # the mempool tx stays, unmined
+        assert not seq.utxo.mined([m.txid])
+    finally:
+        other.close()

@@ -188,8 +188,8 @@ def test_wait_returns_soon_after_the_last_id_goes(tmp_path: Path) -> None:
     def remove_all() -> None:
         for i in ids:
             time.sleep(0.3)
-            gone_at.append(time.monotonic())
             theirs.done(i)
+            gone_at.append(time.monotonic())
 
     def settled(ident: str) -> bool:
         asked.append(ident)
