@@ -31,6 +31,23 @@ def test_read_blocks_keeps_hash_size_and_bytes_only() -> None:
         read_blocks(text[:-42] + b"\n", "chain.hex")
 
 
+def test_a_blk_file_is_read_and_a_bad_block_in_it_named() -> None:
+    c = Chain()
+    for _ in range(3):
+        c.add()
+    magic = bytes.fromhex("e3e1f3e8")
+
+    def blk(raws: list[bytes]) -> bytes:
+        return b"".join(magic + len(r).to_bytes(4, "little") + r for r in raws) + bytes(64)
+
+    got = read_blocks(blk(c.blocks), "blk00000.dat")
+    assert [b.hash for b in got] == [parse_block(r).hash for r in c.blocks]
+    assert [b.raw for b in got] == c.blocks
+    bad = c.blocks[1] + b"\x00"  # length says one byte more than the block: trailing bytes
+    with pytest.raises(ParseError, match=r"blk00000\.dat: block 2 of 3: 1 trailing bytes"):
+        read_blocks(blk([c.blocks[0], bad, c.blocks[2]]), "blk00000.dat")
+
+
 def test_a_genuine_copy_replaces_a_corrupted_one_without_being_parsed_first(tmp_path: Path) -> None:
     c = Chain()
     c.add()
