@@ -171,14 +171,16 @@ class Database:
         wait), committed at the end, rolled back whole if anything raises. A unit inside is a
         savepoint (all-or-nothing as ever); a read sees the writes before it; `after_commit`
         work waits for the end. An error that rolls the whole transaction back (disk full, I/O)
-        fails every unit after it and the end: never half a transaction. PostgreSQL: nothing
-        changes (units commit one by one)."""
+        fails every unit after it and the end: never half a transaction. Inside another `held`
+        it is a savepoint of that transaction: what it wrote goes if it raises, the rest stays.
+        PostgreSQL: nothing changes (units commit one by one)."""
         if self._sqlite is None:
             yield
             return
         with self._lock:
             if self._held is not None:  # already inside (this thread: the lock is ours)
-                yield
+                with contextmanager(self._savepoint)(self._held):
+                    yield
                 return
             conn = self._sqlite
             cur = conn.cursor()

@@ -40,7 +40,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any
 
 from chain import Block, block_work
 from stores.blob.protocol import BlobStore
@@ -65,7 +67,7 @@ from workers.fanout import Fanout, LocalFanout, settle_block
 log = logging.getLogger("utxoflow.sequencer")
 
 LEASE = "chain"  # applying the best chain
-APPLYING = "applying"  # state meta: the block being applied now (its undo record says what is new)
+APPLYING = "applying"  # state meta: the blocks being applied now, in order (space-separated hashes)
 DISCONNECTING = "disconnecting"  # state meta: the block being taken off the chain now
 # How long the index lease is waited for (it is held for milliseconds: longer means its holder is
 # stuck): by a block's indexing (then its task is retried), by a rebase (then it fails, retried).
@@ -107,10 +109,14 @@ class Sequencer:
         )
         self.lease_s = lease_s
         self.retention = utxo.retention
-        # A block in one UTXO-store transaction (`fused`) when its units all run here — and not
-        # when the state store is the same SQLite file: its writes during a block (undo notes,
-        # the lease) would wait for the block's own transaction.
-        self.fuse = self.applier.fanout.local and not same_sqlite_file(utxo.url, state.url)
+        # Blocks in one UTXO-store transaction (`fused`, and batches of them: `_Batch`) where the
+        # store has one (SQLite) and a block's units all run here — and not when the state store
+        # is the same SQLite file: its writes during a block (undo notes, the lease) would wait
+        # for the block's own transaction.
+        self.fuse = (
+            self.applier.fanout.local and utxo.url.startswith("sqlite:")
+            and not same_sqlite_file(utxo.url, state.url)
+        )
         self.holder = holder_id(f"{id(self):x}")
         # blocks this worker's passes made final (applied, refused): their message ids go once
         # a pass ends with the chain at rest (`take_settled`), theirs or left to this worker
@@ -212,11 +218,12 @@ class Sequencer:
                 self._renew()
                 self._disconnect(e)
                 check_budget()
-            for e in up:
-                self._renew()
-                if not self._apply(e):
-                    break  # refused: the best chain is another one now
-                check_budget()
+            with self._batched() as batch:
+                for e in up:
+                    self._renew()
+                    if not self._apply(e, batch):
+                        break  # refused: the best chain is another one now
+                    check_budget()
 
     def _path(
         self, tip: BlockEntry | None, best: BlockEntry
@@ -273,20 +280,22 @@ class Sequencer:
                 self._disconnect(e)
             else:
                 self.state.commit(meta={DISCONNECTING: None})
-        h = self.state.get_meta(APPLYING)
-        if h is None:
+        marked = applying_blocks(self.state)
+        if not marked:
             return
-        block_hash = bytes.fromhex(h)
-        undo = self.state.get_undo(block_hash)
-        if undo is not None and undo.get("state") == "applying":
-            log.warning("taking back block %s, left half applied", block_hash[::-1].hex())
-            settle_block(self.state, block_hash, self.lease_s)  # its units: none may still write
-            self.applier.rollback(self.load(block_hash), undo)
-        self.state.commit(
-            undo={block_hash: None} if undo and undo.get("state") == "applying" else {}, meta={APPLYING: None}
-        )
+        for block_hash in reversed(marked):  # the last applied first: each on what was before it
+            undo = self.state.get_undo(block_hash)
+            if undo is not None and undo.get("state") == "applying":
+                log.warning("taking back block %s, left half applied", block_hash[::-1].hex())
+                settle_block(self.state, block_hash, self.lease_s)  # its units: none may still write
+                self.applier.rollback(self.load(block_hash), undo)
+                left = marked[: marked.index(block_hash)]
+                self.state.commit(undo={block_hash: None}, meta={APPLYING: _mark(left)})
+        self.state.commit(meta={APPLYING: None})
 
-    def _apply(self, e: BlockEntry) -> bool:
+    def _apply(self, e: BlockEntry, batch: _Batch) -> bool:
+        """Apply one block of the best chain (in `batch`: its state-store step is committed
+        with the batch's); False when it is refused."""
         assert e.height is not None
         self.blocks.passed(e.height)  # the blocks below are applied: parsed, they go first
         block = self.genuine(e.hash)
@@ -295,11 +304,13 @@ class Sequencer:
             settle_block(self.state, e.hash, self.lease_s)
             self.applier.rollback(block, undo)  # left half applied (without its mark): start over
         undo = self.applier.plan(block) | {"state": "applying", "block_id": e.block_id, "height": e.height}
-        self.state.commit(undo={e.hash: undo}, meta={APPLYING: e.hash.hex()})
+        batch.begin()  # its transaction, open from its first block on (the plan saw what is in it)
+        self.state.commit(undo={e.hash: undo}, meta={APPLYING: _mark([*batch.hashes, e.hash])})
         t0 = time.perf_counter()
         self.applier.heartbeat = self._renewer()
-        # the whole block in one write transaction where it can be (see __init__), which a
-        # crash leaves unwritten (the `applying` mark's take-back then finds nothing to undo)
+        # the whole block all or nothing where it can be (see __init__): a savepoint of the
+        # batch's transaction, which a crash leaves unwritten whole (the `applying` mark's
+        # take-back then finds nothing to undo)
         fused = self.utxo.fused() if self.fuse else nullcontext()
         try:
             with fused:
@@ -307,30 +318,49 @@ class Sequencer:
                     block, e.height, e.block_id, undo, lambda u: self.state.put_undo(e.hash, u)
                 )
         except BlockRefused as r:
+            batch.flush()  # the blocks before it stand
             unseen = any(u in r.reason for u in UNSEEN) and not self.index.start_known()
             self._invalidate(e, f"{r.reason} {START_UNKNOWN}" if unseen else r.reason)
             return False
         finally:
             self.applier.heartbeat = _no_beat
+        batch.add(Applied(e, undo, counts, time.perf_counter() - t0, len(block.txs)))
+        return True
+
+    @contextmanager
+    def _batched(self) -> Iterator[_Batch]:
+        """Consecutive blocks in one UTXO-store transaction (see `_Batch`): committed, with
+        their state-store step, when the batch is full, at the end, or when the budget runs
+        out; rolled back on any other error (their `applying` mark then takes them back)."""
+        batch = _Batch(self)
+        try:
+            yield batch
+        except Unfinished:
+            batch.flush()
+            raise
+        except BaseException as exc:
+            batch.abort(exc)
+            raise
+        batch.flush()
+
+    def _finish(self, done: list[Applied]) -> None:
+        """The state-store step of blocks whose UTXO-store part is committed: applied, the tip
+        on the last, their undo records marked, the `applying` mark gone — one commit."""
+        last = done[-1].entry
+        assert last.height is not None
         # undo records are kept while a rebase may still take every block back whole
         keep = not self.retention or not self.index.start_known()
-        prune_below = None if keep else e.height - self.retention
         self.state.commit(
-            blocks=[BlockChange(e.hash, status=BlockStatus.APPLIED)],
-            tip=e.hash,
-            undo={e.hash: undo | {"state": "applied"}},
+            blocks=[BlockChange(a.entry.hash, status=BlockStatus.APPLIED) for a in done],
+            tip=last.hash,
+            undo={a.entry.hash: a.undo | {"state": "applied"} for a in done},
             meta={APPLYING: None},
-            prune_undo_below=prune_below,
+            prune_undo_below=None if keep else last.height - self.retention,
         )
-        self._settled.add(e.hash)
-        log.info(
-            "applied block %s at height %d: %s in %.2f s",
-            block.hash_hex,
-            e.height,
-            counts,
-            time.perf_counter() - t0,
-        )
-        return True
+        for a in done:
+            self._settled.add(a.entry.hash)
+            log.info("applied block %s at height %d: %s in %.2f s",
+                     a.entry.hash[::-1].hex(), a.entry.height, a.counts, a.seconds)
 
     def _renewer(self) -> Callable[[], None]:
         """Renews the chain lease at most every quarter of its TTL while a block is applied
@@ -439,6 +469,84 @@ class Sequencer:
         )
 
 
+
+
+# Consecutive blocks ready to apply share one UTXO-store transaction (SQLite, `fused`), up to
+# this many blocks or transactions: each block's writes then land on pages the one before
+# dirtied, and the commit's cost is shared. Small enough that a batch commits within a second
+# or so (another process's writes wait for it; `utxo wait` sees blocks applied when it does).
+BATCH_BLOCKS = 8
+BATCH_TXS = 16_000
+
+
+@dataclass
+class Applied:
+    """A block applied inside a batch, its state-store step still to commit."""
+
+    entry: BlockEntry
+    undo: dict[str, Any]
+    counts: dict[str, int]
+    seconds: float
+    txs: int
+
+
+class _Batch:
+    """Blocks applied in one UTXO-store transaction, in order, and their state-store step
+    committed after it (`Sequencer._finish`).
+
+    Invariants: the `applying` mark names every block of the batch, in order (the last is the
+    one being applied), from before its first write until its state-store step is committed,
+    so a worker that dies at any point leaves them to the next holder, which takes back the
+    last first (`_take_back_unfinished`). Each block is all or nothing by itself within the
+    transaction (a savepoint): a refused block's writes go, and the blocks before it are
+    committed before it is marked invalid. Where blocks are not fused (PostgreSQL, or units
+    shared with other workers), every block is a batch of its own, committed as before."""
+
+    def __init__(self, seq: Sequencer) -> None:
+        self.seq = seq
+        self.done: list[Applied] = []
+        self.hashes: list[bytes] = []
+        self._open: ExitStack | None = None
+
+    def begin(self) -> None:
+        """Before a block's first write: the batch's transaction, if it is not open yet."""
+        if self._open is None and self.seq.fuse:
+            stack = ExitStack()
+            stack.enter_context(self.seq.utxo.fused())
+            self._open = stack
+
+    def add(self, applied: Applied) -> None:
+        self.done.append(applied)
+        self.hashes.append(applied.entry.hash)
+        if (not self.seq.fuse or len(self.done) >= BATCH_BLOCKS
+                or sum(a.txs for a in self.done) >= BATCH_TXS):
+            self.flush()
+
+    def flush(self) -> None:
+        """Commit the transaction, then the blocks' state-store step."""
+        stack, self._open = self._open, None
+        if stack is not None:
+            stack.close()  # COMMIT (an error here leaves every block to its mark)
+        done, self.done, self.hashes = self.done, [], []
+        if done:
+            self.seq._finish(done)
+
+    def abort(self, exc: BaseException) -> None:
+        """Roll the transaction back: the blocks' marks take them back."""
+        stack, self._open = self._open, None
+        self.done, self.hashes = [], []
+        if stack is not None:
+            stack.__exit__(type(exc), exc, exc.__traceback__)
+
+
+def applying_blocks(state: StateStore) -> list[bytes]:
+    """The blocks the `applying` mark names, in the order they were applied."""
+    mark = state.get_meta(APPLYING)
+    return [bytes.fromhex(h) for h in mark.split()] if mark else []
+
+
+def _mark(hashes: list[bytes]) -> str | None:
+    return " ".join(h.hex() for h in hashes) or None
 
 
 def chain_at_rest(state: StateStore) -> bool:

@@ -151,8 +151,10 @@ class UtxoStore(PagedRecords, Protocol):
 
     def fused(self) -> AbstractContextManager[None]:
         """Every write inside in one transaction, committed at the end or not at all, where the
-        backend has one writer at a time anyway (SQLite); a no-op elsewhere. The caller must
-        not wait inside for another process's write to the same store."""
+        backend has one writer at a time anyway (SQLite); a no-op elsewhere. Inside another
+        `fused`, all-or-nothing by itself (a savepoint): an error out of it takes back its own
+        writes and leaves the outer ones. The caller must not wait inside for another
+        process's write to the same store."""
         ...
 
     def close(self) -> None: ...

@@ -20,7 +20,7 @@ from tests.conftest import PG_ADMIN
 from tests.pipeline.chains import Chain, confirmed_model, funding, outpoints, spend
 from tests.pipeline.workers import Pipeline, children, pipeline_fixture, until  # noqa: F401  (fixture)
 from workers.kombu_fix import UNDECODABLE_KEY
-from workers.sequencer import APPLYING, LEASE
+from workers.sequencer import APPLYING, LEASE, applying_blocks
 
 FUNDS_OUTPUTS = 50  # one record each at UTXO_BATCH_SIZE=50
 
@@ -46,7 +46,8 @@ def applying_pid(pipeline: Pipeline, block: bytes | None = None, timeout: float 
     seen: list[str | None] = []
 
     def look() -> tuple[int, str] | None:
-        h = state.get_meta(APPLYING)
+        marks = applying_blocks(state)  # (the last: the block being applied now)
+        h = marks[-1].hex() if marks else None
         holder = state.lease_holder(LEASE)
         fresh = h is not None and seen and seen[-1] != h and want in (None, h)
         seen.append(h)
@@ -137,7 +138,8 @@ def kill_worker_mid_block(pipeline: Pipeline, chain: Chain, at: int) -> str:
     assert enqueue.returncode == 0
     state = pipeline.open_state()
     try:
-        assert state.get_meta(APPLYING) == h, "the kill was meant to land inside the block"
+        marks = [m.hex() for m in applying_blocks(state)]
+        assert marks[-1:] == [h], "the kill was meant to land inside the block"
         assert (undo := state.get_undo(bytes.fromhex(h))) is not None and undo["state"] == "applying"
     finally:
         state.close()

@@ -118,3 +118,22 @@ def test_a_transaction_that_cannot_begin_is_a_storage_error(tmp_path: Path) -> N
     finally:
         db.close()
         other.close()
+
+
+def test_a_fused_inside_another_is_all_or_nothing_by_itself(store: UtxoStore, store_url: str) -> None:
+    a, b, c = funding(), funding(), funding()
+    with store.fused():
+        created(store, a)
+        with pytest.raises(RuntimeError), store.fused():
+            created(store, b)
+            store.spend_many([child((a, 0))], 101)
+            raise RuntimeError("this block is refused")
+        created(store, c)
+        with store.fused():  # one that ends well stays, as part of the outer
+            store.spend_many([child((c, 0))], 101)
+    if store_url.startswith("sqlite"):  # the inner one's writes went; the rest stands
+        assert store.existing([a.txid, b.txid, c.txid]) == {a.txid, c.txid}
+        assert store.get_outputs([(a.txid, 0)])[(a.txid, 0)].spending_txid is None
+    else:  # a no-op: each call committed on its own
+        assert store.existing([a.txid, b.txid, c.txid]) == {a.txid, b.txid, c.txid}
+    assert store.get_outputs([(c.txid, 0)])[(c.txid, 0)].spending_txid is not None
