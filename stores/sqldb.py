@@ -247,15 +247,19 @@ class Database:
 
     def _savepoint(self, cur: Any) -> Iterator[Any]:
         """A unit inside `held`. Once an error has rolled the whole transaction back (SQLite
-        then forgets every savepoint), no later unit runs: each fails, and so does the end."""
+        then forgets every savepoint), no later unit runs: each fails, and so does the end.
+        Work it left for after the commit (`after_commit`) goes with it when it is rolled back:
+        it was for writes that did not happen."""
         assert self._sqlite is not None
         if self._held_lost:
             raise StorageError(f"a transaction of many units in {self.url_safe} was rolled back "
                                "by an error in an earlier one")
         cur.execute("SAVEPOINT unit")
+        left = len(self._after)
         try:
             yield cur
         except BaseException:
+            del self._after[left:]
             if self._sqlite.in_transaction:
                 cur.execute("ROLLBACK TO unit")
                 cur.execute("RELEASE unit")

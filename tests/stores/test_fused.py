@@ -137,3 +137,26 @@ def test_a_fused_inside_another_is_all_or_nothing_by_itself(store: UtxoStore, st
     else:  # a no-op: each call committed on its own
         assert store.existing([a.txid, b.txid, c.txid]) == {a.txid, b.txid, c.txid}
     assert store.get_outputs([(c.txid, 0)])[(c.txid, 0)].spending_txid is not None
+
+
+def test_work_after_the_commit_goes_with_the_savepoint_that_left_it(tmp_path: Path) -> None:
+    """`after_commit` work (deleting the blob of a deleted record) left by a nested `held` that
+    is rolled back does not run at the end: the deletion it was for did not happen."""
+    db = Database(f"sqlite:///{tmp_path}/x.db")
+    ran: list[str] = []
+    try:
+        db.write("table", lambda c: c.execute("CREATE TABLE t (a INTEGER)"))
+        with db.held():
+            db.write("a", lambda c: c.execute("INSERT INTO t VALUES (1)"))
+            db.after_commit(lambda: ran.append("kept"))
+            with pytest.raises(RuntimeError), db.held():
+                db.write("b", lambda c: c.execute("DELETE FROM t"))
+                db.after_commit(lambda: ran.append("rolled back"))
+                raise RuntimeError("this block is refused")
+            with db.held():
+                db.after_commit(lambda: ran.append("nested, kept"))
+            assert ran == []  # nothing before the commit
+        assert ran == ["kept", "nested, kept"]
+        assert db.read("rows", lambda c: c.execute("SELECT a FROM t").fetchall()) == [(1,)]
+    finally:
+        db.close()
