@@ -318,7 +318,7 @@ class Sequencer:
                     block, e.height, e.block_id, undo, lambda u: self.state.put_undo(e.hash, u)
                 )
         except BlockRefused as r:
-            batch.flush()  # the blocks before it stand
+            batch.flush(still=[e.hash])  # the blocks before it stand; the mark keeps this one
             unseen = any(u in r.reason for u in UNSEEN) and not self.index.start_known()
             self._invalidate(e, f"{r.reason} {START_UNKNOWN}" if unseen else r.reason)
             return False
@@ -343,9 +343,10 @@ class Sequencer:
             raise
         batch.flush()
 
-    def _finish(self, done: list[Applied]) -> None:
+    def _finish(self, done: list[Applied], still: list[bytes] | None = None) -> None:
         """The state-store step of blocks whose UTXO-store part is committed: applied, the tip
-        on the last, their undo records marked, the `applying` mark gone — one commit."""
+        on the last, their undo records marked, the `applying` mark gone (or naming `still`
+        only: a block refused after them, until it is marked invalid) — one commit."""
         last = done[-1].entry
         assert last.height is not None
         # undo records are kept while a rebase may still take every block back whole
@@ -354,7 +355,7 @@ class Sequencer:
             blocks=[BlockChange(a.entry.hash, status=BlockStatus.APPLIED) for a in done],
             tip=last.hash,
             undo={a.entry.hash: a.undo | {"state": "applied"} for a in done},
-            meta={APPLYING: None},
+            meta={APPLYING: _mark(still or [])},
             prune_undo_below=None if keep else last.height - self.retention,
         )
         for a in done:
@@ -522,14 +523,23 @@ class _Batch:
                 or sum(a.txs for a in self.done) >= BATCH_TXS):
             self.flush()
 
-    def flush(self) -> None:
-        """Commit the transaction, then the blocks' state-store step."""
+    def flush(self, still: list[bytes] | None = None) -> None:
+        """Commit the transaction, then the blocks' state-store step (`still`: blocks the mark
+        keeps naming after it, see `Sequencer._finish`). The lease is renewed just before the
+        commit: a holder that lost it meanwhile rolls back instead of committing blocks that
+        the next holder is already taking back."""
         stack, self._open = self._open, None
         if stack is not None:
+            try:
+                self.seq._renew()
+            except BaseException as exc:
+                self.done, self.hashes = [], []
+                stack.__exit__(type(exc), exc, exc.__traceback__)
+                raise
             stack.close()  # COMMIT (an error here leaves every block to its mark)
         done, self.done, self.hashes = self.done, [], []
         if done:
-            self.seq._finish(done)
+            self.seq._finish(done, still)
 
     def abort(self, exc: BaseException) -> None:
         """Roll the transaction back: the blocks' marks take them back."""

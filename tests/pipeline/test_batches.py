@@ -39,8 +39,8 @@ def finishes(seq: Sequencer, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     seen: list[int] = []
     real = seq._finish
 
-    def counted(done: list[Any]) -> None:
-        real(done)
+    def counted(done: list[Any], still: list[bytes] | None = None) -> None:
+        real(done, still)
         seen.append(len(done))
 
     monkeypatch.setattr(seq, "_finish", counted)
@@ -140,3 +140,62 @@ def test_a_refused_block_in_a_batch_keeps_the_blocks_before_it(seq: Sequencer) -
     assert all(seq.state.get_block(parse_block(r).hash).status is BlockStatus.APPLIED for r in good)  # type: ignore[union-attr]
     w.check()
     assert seq.state.get_meta(APPLYING) is None and seq.state.get_undo(parse_block(bad).hash) is None
+
+
+def test_a_crash_between_the_batch_and_the_refusal_leaves_the_refused_block_marked(
+    seq: Sequencer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The blocks before a refused one are committed with their state step; the worker dies
+    before the refusal is: the mark still names the refused block, whose take-back and
+    refusal the next pass does."""
+    w = World(seq)
+    good = ready(w, 2)
+    nowhere = TxIn(b"\x77" * 32, 0, b"\x51", 0xFFFFFFFF)
+    bad = w.chain.next_block([build_tx([nowhere], [(1, script())])])
+    seq.accept(seq.store_block(bad))
+    real = seq._invalidate
+
+    def dies(*a: Any, **kw: Any) -> None:
+        raise StorageError("the worker died here")
+
+    monkeypatch.setattr(seq, "_invalidate", dies)
+    with pytest.raises(StorageError):
+        seq.advance()
+    assert applying_blocks(seq.state) == [parse_block(bad).hash]
+    assert all(seq.state.get_block(parse_block(r).hash).status is BlockStatus.APPLIED for r in good)  # type: ignore[union-attr]
+    monkeypatch.setattr(seq, "_invalidate", real)
+    seq.advance()
+    assert seq.state.get_block(parse_block(bad).hash).status is BlockStatus.INVALID  # type: ignore[union-attr]
+    w.check()
+    assert seq.state.get_meta(APPLYING) is None and seq.state.get_undo(parse_block(bad).hash) is None
+
+
+def test_a_holder_that_lost_the_lease_rolls_its_batch_back(
+    seq: Sequencer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease is renewed just before a batch commits: lost by then (another worker took the
+    chain), the batch is rolled back, not committed under the new holder's feet."""
+    w = World(seq)
+    before = seq.state.tip()
+    ready(w, 3)
+    renew = seq._renew
+    calls: list[int] = []
+
+    def lost() -> None:
+        calls.append(1)
+        if len(calls) > 3:  # one per block, then the one before the commit
+            raise StorageError("the chain lease was lost: another worker applies the chain now")
+        renew()
+
+    monkeypatch.setattr(seq, "_renew", lost)
+    if seq.fuse:
+        with pytest.raises(StorageError, match="lease was lost"):
+            seq.advance()
+        assert seq.state.tip() == before
+        assert confirmed(seq.utxo) == confirmed_model(w.chain.txs[:-3], w.base)
+    else:  # every block commits by itself as it is applied (each renewed the lease first)
+        seq.advance()
+        assert calls == [1, 1, 1]
+    monkeypatch.setattr(seq, "_renew", renew)
+    seq.advance()
+    w.check()

@@ -154,7 +154,11 @@ class SqlBase:
     def set_block_height(self, height: int) -> None:
         validate.height("block height", height, zero_ok=False)
         self.db.write("set_block_height", lambda cur: self._set_meta(cur, "block_height", str(height)))
-        self.block_height = height
+
+        def stored() -> None:  # (inside `fused`: once committed; a rollback leaves it as it was)
+            self.block_height = height
+
+        self.db.after_commit(stored)
 
     def current_height(self) -> int:
         """The store's height, read afresh (another process may have moved it on)."""
