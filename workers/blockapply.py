@@ -244,6 +244,7 @@ class BlockApplier:
             results = self._run(block, "create", ctx, specs)
             there = {i for r in results for i in r.get("exists", [])}  # arrived meanwhile: unmined
             made = set(small) - there
+            self._not_created({block.txs[i].txid for i in there})
             for c in begun:
                 try:
                     twophase.end_creation(self.utxo, c)
@@ -257,6 +258,17 @@ class BlockApplier:
                     self.utxo.release_creation_lock(c.lock)
                 except StoreError as e:
                     log.warning("releasing the creation lock of tx %s: %s", hash_to_hex(c.txid), e)
+
+    def _not_created(self, txids: set[bytes]) -> None:
+        """Transactions the undo record lists as new that another worker created between the
+        plan and the create phase (mempool arrivals): the block did not make them, so a
+        take-back must not delete them. Noted in the undo record at once."""
+        if not txids or self._undo is None:
+            return
+        gone = {t.hex() for t in txids}
+        self._undo["created"] = [h for h in self._undo["created"] if h not in gone]
+        if self._save is not None:
+            self._save(self._undo)
 
     def spend_phase(self, block: Block, created: set[bytes], ctx: dict[str, int]) -> int:
         """Spend every input; returns how many were skipped as missing (allow-missing mode).

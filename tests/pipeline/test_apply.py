@@ -367,3 +367,34 @@ def test_a_parent_created_between_the_plan_and_the_checks_is_seen(
         assert not seq.utxo.mined([m.txid])
     finally:
         other.close()
+
+
+def test_a_block_tx_created_by_another_worker_after_the_plan_outlives_a_refusal(
+    seq: Sequencer, urls: tuple[str, str], tmp_path: Path
+) -> None:
+    """The plan found a tx of the block new; a tx worker created it (from the mempool) before
+    the create phase; the block is then refused: the take-back leaves that record, which the
+    block did not make."""
+    w = World(seq)
+    other = open_utxo_store(urls[0], blob_url=f"file://{tmp_path}/blobs")  # another worker's
+    try:
+        m = spend((w.funds[1], 0))
+        nowhere = TxIn(b"\x77" * 32, 0, b"\x51", 0xFFFFFFFF)
+        raw = w.chain.next_block([m, build_tx([nowhere], [(1, script())])])  # refused: spends nothing
+        height = w.chain.height - 1
+        plan = seq.applier.plan
+
+        def plan_then_m_arrives(block: Block) -> dict[str, object]:
+            undo = plan(block)
+            other.create(m, height)
+            other.spend(m, height)
+            return undo
+
+        seq.applier.plan = plan_then_m_arrives  # type: ignore[method-assign]
+        e = seq.submit(raw)
+        assert e.status is BlockStatus.INVALID and "missing output" in (e.reason or ""), e
+        assert seq.utxo.existing([m.txid]) == {m.txid}  # the mempool tx stays, unmined
+        assert not seq.utxo.mined([m.txid])
+        assert seq.utxo.get_outputs([(w.funds[1].txid, 0)])[(w.funds[1].txid, 0)].spending_txid == m.txid
+    finally:
+        other.close()
