@@ -13,10 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from psycopg import errors as pgerr
+
+from stores.utxo.sql.create import Copy
 from stores.utxo.sql.schema import ddl
 from stores.utxo.sql.store import SqlUtxoStore
 
 _SCHEMA_LOCK = 0x5554584F  # "UTXO": advisory lock id for DDL
+COPY_FROM = 32  # rows from which new records are copied rather than inserted
 
 
 class PostgresUtxoStore(SqlUtxoStore):
@@ -31,6 +35,22 @@ class PostgresUtxoStore(SqlUtxoStore):
         ):
             cur.execute(stmt)
         self._check_schema(cur, existed)
+
+    def _insert_rows(self, cur: Any, insert: str, copy: Copy | None, rows: list[list[Any]]) -> int:
+        """New records through COPY, about three times as fast as the INSERT statements for a
+        block's worth. COPY has no ON CONFLICT: a txid stored already fails it whole (the
+        unit rolls back), which counts as nothing inserted — the caller then sorts out which
+        existed, as after a short INSERT."""
+        if copy is None or len(rows) < COPY_FROM:
+            return super()._insert_rows(cur, insert, copy, rows)
+        sql, shared = copy
+        try:
+            with cur.copy(sql) as cp:
+                for row in rows:
+                    cp.write_row((*row, *shared) if shared else row)
+        except pgerr.UniqueViolation:
+            return -1
+        return len(rows)
 
     def _reserve_ids(self, cur: Any, n: int) -> list[int]:
         cur.execute("SELECT nextval('txs_id_seq') FROM generate_series(1, %s)", (n,))

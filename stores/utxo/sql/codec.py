@@ -35,6 +35,8 @@ INSERT_TX = (
     f"INSERT INTO txs ({', '.join(TX_COLS)}) VALUES ({', '.join('?' * len(TX_COLS))}) "
     "ON CONFLICT (txid) DO NOTHING"
 )
+# The same rows through PostgreSQL's COPY (`stores.utxo.postgresql`): every column a value.
+COPY_TX = f"COPY txs ({', '.join(TX_COLS)}) FROM STDIN"
 PAGE_COLS = ("txid", "page", "creating", "total_utxos", "spent_utxos", "utxos")
 INSERT_PAGE = (
     f"INSERT INTO tx_pages ({', '.join(PAGE_COLS)}) VALUES (?, ?, ?, ?, ?, ?) "
@@ -202,6 +204,9 @@ SHARED_COLS = (
 )
 
 
+COPY_CREATE = f"COPY txs ({', '.join(CREATE_COLS)}, {', '.join(SHARED_COLS)}) FROM STDIN"
+
+
 def create_insert(like: Record, empty_blob: str) -> str:
     """The INSERT of one create call whose records all share `like`'s values of SHARED_COLS (a
     new one-record transaction: nothing spent, preserved, listed, reassigned or external)."""
@@ -226,6 +231,13 @@ def create_insert(like: Record, empty_blob: str) -> str:
         f"INSERT INTO txs ({', '.join(CREATE_COLS)}, {', '.join(SHARED_COLS)}) "
         f"VALUES ({', '.join('?' * len(CREATE_COLS))}, {shared}) ON CONFLICT (txid) DO NOTHING"
     )
+
+
+def create_shared(like: Record) -> tuple[Any, ...]:
+    """`create_insert`'s literals as values, in SHARED_COLS order (for COPY_CREATE)."""
+    unmined = None if like.unmined_since is None else int(like.unmined_since)
+    return (int(like.locked), int(like.creating), int(like.conflicting), unmined, None, 0, 0, 0,
+            like.blocks, "[]", "{}", RAW_TX, b"", b"")
 
 
 def create_values(rec: Record, raw: bytes) -> list[Any]:

@@ -38,6 +38,7 @@ from stores.utxo.sql.spend import SpendMixin
 log = logging.getLogger("utxoflow.store")
 NO_HASH = b"\x00" * 32
 Row = tuple[int, bytes, list[Any]]  # (index in the call, txid, the INSERT's values)
+Copy = tuple[str, tuple[Any, ...]]  # (COPY statement, values appended to every row)
 
 
 class RecentOutputs:
@@ -157,7 +158,10 @@ class CreateMixin(SpendMixin):
             todo.append((i, txid, codec.create_values(rec, tx.raw)))
             results[i] = rec
         after = self._list_on_parents(txs) if conflicting else None
-        dups = self._insert_new("create", todo, insert, after) if insert is not None else []
+        dups: list[int] = []
+        if insert is not None:
+            copy = (codec.COPY_CREATE, codec.create_shared(results[todo[0][0]]))  # type: ignore[arg-type]
+            dups = self._insert_new("create", todo, insert, after, copy)
         if external:
             self._create_external(
                 txs,
@@ -255,7 +259,7 @@ class CreateMixin(SpendMixin):
             results[i] = rec
         if todo:
             after = self._list_on_parents(txs) if conflicting else None
-            for i in self._insert_new("create", todo, codec.INSERT_TX, after):
+            for i in self._insert_new("create", todo, codec.INSERT_TX, after, (codec.COPY_TX, ())):
                 results[i] = TxExists(f"tx {hash_to_hex(txs[i].txid)} already exists", txid=txs[i].txid)
 
     def begin_paged(self, tx: Tx, block_height: int, batch: Sequence[Tx] = ()) -> twophase.Creation:
@@ -306,19 +310,24 @@ class CreateMixin(SpendMixin):
         return out
 
     def _insert_new(
-        self, what: str, todo: list[Row], insert: str, after: Callable[[Any, set[bytes]], None] | None = None
+        self,
+        what: str,
+        todo: list[Row],
+        insert: str,
+        after: Callable[[Any, set[bytes]], None] | None = None,
+        copy: Copy | None = None,
     ) -> list[int]:
         """Insert the rows whose txid is not stored yet (`after(cursor, inserted txids)` runs in
         the same unit); return the indexes of those that were. Each row's first value is its
-        id, set here."""
+        id, set here. `copy`: the same rows as a COPY statement and the values `insert` holds
+        as literals, for a backend that copies (`_insert_rows`)."""
         ordered = sorted(todo, key=lambda t: t[1])  # one insertion order for every writer: no deadlocks
         sql = self.db.q(insert)
 
         def write(cur: Any, rows: list[Row]) -> None:
             for i, row in zip(self._reserve_ids(cur, len(rows)), rows):
                 row[2][0] = i
-            cur.executemany(sql, [row[2] for row in rows])
-            if cur.rowcount != len(rows):
+            if self._insert_rows(cur, sql, copy, [row[2] for row in rows]) != len(rows):
                 raise _Raced()
             if after is not None:
                 after(cur, {row[1] for row in rows})
@@ -349,6 +358,12 @@ class CreateMixin(SpendMixin):
             except _Raced:
                 continue
         raise ProcessingError(f"{what} kept racing with concurrent creators of the same txids")
+
+    def _insert_rows(self, cur: Any, insert: str, copy: Copy | None, rows: list[list[Any]]) -> int:
+        """Run `insert` (INSERT … ON CONFLICT DO NOTHING) for `rows`: how many went in (fewer
+        than the rows: a txid was there already)."""
+        cur.executemany(insert, rows)
+        return int(cur.rowcount)
 
     def _prevouts(self, need: Sequence[tuple[bytes, int]]) -> dict[tuple[bytes, int], OutputInfo]:
         """Previous outputs for fees and extended blobs. They are a convenience: when the blob

@@ -1,0 +1,49 @@
+"""Conformance: a block's worth of new records (PostgreSQL copies them: `COPY`, from
+`postgresql.COPY_FROM` rows on) is stored exactly as the same records created a few at a time
+(INSERT statements), on every backend; a txid stored already among them is TxExists for it
+alone, whichever way the rows went in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stores.utxo import BlockInfo, TxExists, UtxoStore
+from stores.utxo.postgresql import COPY_FROM
+from tests.stores.helpers import funding
+
+
+def rows(store: UtxoStore, txids: list[bytes]) -> list[tuple[Any, ...]]:
+    """Every column of these records but the row id and the creation time, by txid."""
+    s: Any = store
+    cols = "txid, version, locktime, fee, size_in_bytes, is_coinbase, spending_height, locked, " \
+        "creating, conflicting, unmined_since, preserve_until, delete_at_height, external, " \
+        "total_extra_recs, total_utxos, spent_utxos, blocks, conflicting_children, " \
+        "deleted_children, reassignments, spendable_in, inpoints, utxos, raw_format, raw"
+    got = s.db.read("rows", lambda cur: s.db.select_in(cur, f"SELECT {cols} FROM txs WHERE txid", txids))
+    return sorted(tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in got)
+
+
+def test_many_at_once_store_what_a_few_at_a_time_do(store: UtxoStore) -> None:
+    """The same transactions created all at once, deleted, then created four at a time: every
+    column alike (but the row id and creation time), under every creation option."""
+    n = COPY_FROM + 8
+    for blocks, flags in (((), {}), ([BlockInfo(7, 100)], {}), ((), {"locked": True}),
+                          ((), {"conflicting": True}), ((), {"frozen": True})):
+        txs = [funding() for _ in range(n)]
+        txids = [t.txid for t in txs]
+        assert all(r is None for r in store.create_many(txs, 100, blocks, meta=False, **flags))
+        at_once = rows(store, txids)
+        assert store.delete_txs(txids) == n
+        for k in range(0, n, 4):  # below the copy threshold: INSERT statements
+            assert all(r is None for r in store.create_many(txs[k : k + 4], 100, blocks, meta=False, **flags))
+        assert rows(store, txids) == at_once and len(at_once) == n, (blocks, flags)
+
+
+def test_a_stored_txid_among_many_is_refused_alone(store: UtxoStore) -> None:
+    n = COPY_FROM + 8
+    txs = [funding() for _ in range(n)]
+    assert store.create_many([txs[5], txs[30]], 100, meta=False) == [None, None]
+    results = store.create_many(txs, 100, meta=False)
+    assert [k for k, r in enumerate(results) if isinstance(r, TxExists)] == [5, 30]
+    assert all(r is None for k, r in enumerate(results) if k not in (5, 30))
+    assert store.existing([t.txid for t in txs]) == {t.txid for t in txs}
