@@ -102,17 +102,19 @@ class TaskFanout:
     """Units shared with other workers through the chunk board and helper tasks."""
 
     def __init__(self, state: StateStore, send: Callable[[str, list[Any]], None], *,
-                 ttl_s: float = 120.0, max_helpers: int = 16, poll_s: float = 0.01) -> None:
+                 ttl_s: float = 120.0, max_helpers: int = 16, poll_s: float = 0.01,
+                 share_from: int = 2) -> None:
         self.state = state
         self.send = send
         self.ttl_s = ttl_s
         self.max_helpers = max_helpers
         self.local = max_helpers == 0
         self.poll_s = poll_s
+        self.share_from = max(2, share_from)  # units a phase needs before it is shared at all
 
     def run(self, applier: BlockApplier, block: Block, phase: str, ctx: dict[str, int],
             specs: list[dict[str, Any]]) -> list[Result]:
-        if len(specs) <= 1 or self.max_helpers == 0:  # nothing to share: no board, no messages
+        if len(specs) < self.share_from or self.max_helpers == 0:  # run here: no board, no messages
             return LocalFanout().run(applier, block, phase, ctx, specs)
         run, holder = uuid.uuid4().hex, holder_id()
         self.state.post_units(block.hash, phase, run, specs)

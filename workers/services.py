@@ -44,6 +44,12 @@ def _send(task: str, args: list[Any]) -> None:
 
 _lock = threading.Lock()
 _services: Services | None = None
+# A phase is shared with helpers only from this many units on (UTXO_BLOCK_CHUNK_TXS each):
+# `python -m bench.pipeline --backend postgresql`, 2 workers on 2 cores, measured sharing a
+# 2,000-tx block's 2 units at 10.3-12.3k tx/s against 14.6k run by the coordinator alone, and
+# an 8,000-tx block's 8 units at 13.6k against 13.4k: below 4 the messages cost more than the
+# second worker brings.
+SHARE_FROM_UNITS = 4
 
 
 def services(**overrides: Any) -> Services:
@@ -55,7 +61,7 @@ def services(**overrides: Any) -> Services:
             utxo = open_utxo_store(s.store_url, **s.store_options())
             state = open_state_store(s.state_url)
             blobs = open_blob_store(s.blob_url)
-            fanout = TaskFanout(state, _send, max_helpers=s.chunk_helpers())
+            fanout = TaskFanout(state, _send, max_helpers=s.chunk_helpers(), share_from=SHARE_FROM_UNITS)
             seq = Sequencer(utxo, state, blobs, allow_missing_inputs=s.allow_missing_inputs,
                             chunk_txs=s.block_chunk_txs, fanout=fanout)
             registry = Registry(state, BrokerRun(s.broker_url))
