@@ -5,9 +5,10 @@ alone, whichever way the rows went in."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from stores.utxo import BlockInfo, TxExists, UtxoStore
+from stores.utxo import BlockInfo, TxExists, UtxoStore, open_utxo_store
 from stores.utxo.postgresql import COPY_FROM
 from tests.stores.helpers import funding
 
@@ -47,3 +48,25 @@ def test_a_stored_txid_among_many_is_refused_alone(store: UtxoStore) -> None:
     assert [k for k, r in enumerate(results) if isinstance(r, TxExists)] == [5, 30]
     assert all(r is None for k, r in enumerate(results) if k not in (5, 30))
     assert store.existing([t.txid for t in txs]) == {t.txid for t in txs}
+
+
+def test_external_records_many_at_once_store_what_a_few_at_a_time_do(
+    store_url: str, tmp_path: Path
+) -> None:
+    """The same for records whose transactions live in the blob store (every column a value:
+    `codec.COPY_TX`)."""
+    ext = open_utxo_store(store_url, retention=288, blob_url=f"file://{tmp_path}/blobs", externalize_all=True)
+    try:
+        n = COPY_FROM + 8
+        txs = [funding() for _ in range(n)]
+        txids = [t.txid for t in txs]
+        assert all(r is None for r in ext.create_many(txs, 100, meta=False))
+        at_once = rows(ext, txids)
+        assert all(r[13] == 1 for r in at_once)  # external
+        assert ext.delete_txs(txids) == n
+        for k in range(0, n, 4):
+            assert all(r is None for r in ext.create_many(txs[k : k + 4], 100, meta=False))
+        assert rows(ext, txids) == at_once and len(at_once) == n
+        assert ext.get(txs[7].txid).tx == txs[7]  # read back from its blob
+    finally:
+        ext.close()
