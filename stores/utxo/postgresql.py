@@ -21,6 +21,7 @@ from stores.utxo.sql.store import SqlUtxoStore
 
 _SCHEMA_LOCK = 0x5554584F  # "UTXO": advisory lock id for DDL
 COPY_FROM = 32  # rows from which new records are copied rather than inserted
+TXID_KEY = "txs_txid_key"  # PostgreSQL's name for the UNIQUE constraint on txs.txid
 
 
 class PostgresUtxoStore(SqlUtxoStore):
@@ -48,7 +49,9 @@ class PostgresUtxoStore(SqlUtxoStore):
             with cur.copy(sql) as cp:
                 for row in rows:
                     cp.write_row((*row, *shared) if shared else row)
-        except pgerr.UniqueViolation:
+        except pgerr.UniqueViolation as e:
+            if e.diag.constraint_name != TXID_KEY:  # (a row id clash is a fault, not a race)
+                raise
             return -1
         return len(rows)
 

@@ -137,3 +137,35 @@ def test_a_helper_does_not_trust_a_corrupted_stored_copy(seq: Sequencer) -> None
                      {"height": 1002, "block_id": 5}) == 0
     (u,) = seq.state.unit_states(bad.hash, "spend", "r")
     assert u.state == TODO  # given back, for the coordinator
+
+
+class _Counting:
+    """An applier that only counts the units it runs (every unit succeeds)."""
+
+    def __init__(self) -> None:
+        self.ran: list[dict[str, Any]] = []
+
+    def heartbeat(self) -> None:
+        pass
+
+    def execute(self, _block: Any, _phase: str, _ctx: dict[str, int], spec: dict[str, Any]) -> dict[str, Any]:
+        self.ran.append(spec)
+        return {}
+
+
+def test_a_phase_of_few_units_is_not_shared(seq: Sequencer) -> None:
+    """Below `share_from` units the coordinator runs them all (no posting, no helper task);
+    from there on it posts them and calls helpers."""
+    w = World(seq)
+    block = seq.store_block(w.chain.next_block([spend((w.funds[1], 0))]))
+    sent: list[str] = []
+    fan = TaskFanout(seq.state, lambda task, _args: sent.append(task), max_helpers=2, share_from=4)
+    ctx = {"height": 1002, "block_id": 99}
+    applier = _Counting()
+    three = [{"i": i} for i in range(3)]
+    assert fan.run(applier, block, "spend", ctx, three) == [{}, {}, {}]  # type: ignore[arg-type]
+    assert sent == [] and applier.ran == three
+    four = [{"i": i} for i in range(3, 7)]
+    assert fan.run(applier, block, "spend", ctx, four) == [{}, {}, {}, {}]  # type: ignore[arg-type]
+    assert sent == ["utxoflow.chunk.spend"] * 2  # (no helper came: the coordinator ran them)
+    assert sorted(u["i"] for u in applier.ran[3:]) == [3, 4, 5, 6]

@@ -38,8 +38,9 @@ class Pipeline:
             "UTXO_BLOB_URL": f"file://{tmp}/blobs",
             "UTXO_BROKER_URL": broker,
             "UTXO_BATCH_SIZE": "50",
-            # Small units, so that every block's phases are shared between the workers
-            # (the chunk board, helper tasks, and multi-record txs' pages as units).
+            # Small units, so that the phases of every block of 28 txs or more (4 units: see
+            # workers.services.SHARE_FROM_UNITS) are shared between the workers (the chunk
+            # board, helper tasks, and multi-record txs' pages as units).
             "UTXO_BLOCK_CHUNK_TXS": "7",
             "UTXO_BLOCK_CHUNK_HELPERS": "2",
         }

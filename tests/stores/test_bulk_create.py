@@ -10,7 +10,7 @@ from typing import Any
 
 from stores.utxo import BlockInfo, TxExists, UtxoStore, open_utxo_store
 from stores.utxo.postgresql import COPY_FROM
-from tests.stores.helpers import funding
+from tests.stores.helpers import child, funding
 
 
 def rows(store: UtxoStore, txids: list[bytes]) -> list[tuple[Any, ...]]:
@@ -70,3 +70,14 @@ def test_external_records_many_at_once_store_what_a_few_at_a_time_do(
         assert ext.get(txs[7].txid).tx == txs[7]  # read back from its blob
     finally:
         ext.close()
+
+
+def test_conflicting_records_many_at_once_are_listed_on_their_parents(store: UtxoStore) -> None:
+    """Created conflicting, many at once: each is listed on its stored parent, once."""
+    n = COPY_FROM + 8
+    parents = [funding() for _ in range(n)]
+    assert all(r is None for r in store.create_many(parents, 100, meta=False))
+    children = [child((p, 0)) for p in parents]
+    assert all(r is None for r in store.create_many(children, 100, meta=False, conflicting=True))
+    for p, c in zip(parents, children):
+        assert list(store.get(p.txid, ["conflicting_children"]).conflicting_children) == [c.txid]
