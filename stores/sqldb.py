@@ -103,6 +103,7 @@ class Database:
         self._held: Any = None  # the cursor of the transaction `held` keeps open
         self._held_lost = False  # an error rolled that transaction back: nothing more may run
         self._after: list[Callable[[], None]] = []  # run once `held` commits
+        self._undo: list[Callable[[], None]] = []  # run if `held` (or a savepoint of it) rolls back
         self._sqlite: sqlite3.Connection | None = None
         self._pg: psycopg.Connection[Any] | None = None
         scheme = url.split("://", 1)[0].lower() if "://" in url else ""
@@ -189,7 +190,7 @@ class Database:
             except sqlite3.Error as e:
                 cur.close()
                 raise self._failure("beginning one transaction for many units", e) from e
-            self._held, self._held_lost, self._after = cur, False, []
+            self._held, self._held_lost, self._after, self._undo = cur, False, [], []
             try:
                 yield
                 if self._held_lost or not conn.in_transaction:
@@ -199,14 +200,24 @@ class Database:
             except BaseException as e:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+                for fn in reversed(self._undo):  # what this process keeps of it goes back too
+                    fn()
                 if isinstance(e, sqlite3.Error):
                     raise self._failure("committing one transaction for many units", e) from e
                 raise
             finally:
-                after, self._held, self._after = self._after, None, []
+                after, self._held, self._after, self._undo = self._after, None, [], []
                 cur.close()
         for fn in after:  # committed: the work that had to wait for it
             fn()
+
+    def on_rollback(self, fn: Callable[[], None]) -> None:
+        """Run `fn` if what this thread just wrote inside `held` is rolled back (its savepoint
+        or the whole transaction): for state this process keeps beside the database (the
+        store's height). Outside `held` the write is committed already: nothing to do."""
+        with self._lock:
+            if self._held is not None:
+                self._undo.append(fn)
 
     def after_commit(self, fn: Callable[[], None]) -> None:
         """Run `fn` once what this thread wrote is committed: now, or at the end of `held`
@@ -255,11 +266,14 @@ class Database:
             raise StorageError(f"a transaction of many units in {self.url_safe} was rolled back "
                                "by an error in an earlier one")
         cur.execute("SAVEPOINT unit")
-        left = len(self._after)
+        left, undo = len(self._after), len(self._undo)
         try:
             yield cur
         except BaseException:
             del self._after[left:]
+            for fn in reversed(self._undo[undo:]):
+                fn()
+            del self._undo[undo:]
             if self._sqlite.in_transaction:
                 cur.execute("ROLLBACK TO unit")
                 cur.execute("RELEASE unit")

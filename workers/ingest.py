@@ -45,7 +45,7 @@ class CheckedBlock:
     and holding every block parsed would take many times the file's size (and its time)."""
 
     hash: bytes
-    txs: int
+    n_txs: int
     raw: bytes
 
     @property

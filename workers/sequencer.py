@@ -4,17 +4,20 @@ stand is the block index's (`workers.blockindex`); applying one block is `worker
 
 Invariants:
 - Blocks are applied strictly in chain order, one at a time, by whoever holds the chain's
-  lease; any number of workers may call `advance`, and all but one return at once.
+  lease; any number of workers may call `advance`, and all but one return at once. On SQLite
+  consecutive blocks that are ready share one UTXO-store transaction, each block a savepoint
+  of it (`workers.batch`).
 - The tip is the applied block of the best chain: the connected, not-invalid block of most
   cumulative work (first seen wins a tie). A heavier branch makes `advance` disconnect blocks
   back to the fork point, then apply the branch. A fork deeper than the retention is refused
   (the records it would need may be pruned).
-- Every step of the chain's state commits in one state-store transaction: a block applied, its
-  undo record marked and the tip moved; a block disconnected and the tip moved down; a block
-  refused with its descendants. The UTXO store's part of a step comes first; a worker that dies
-  between the two leaves the `applying` mark, and the next holder takes the block back and
-  applies it again; or the `disconnecting` mark (written before a disconnection's first
-  change), and the next holder finishes the disconnection. So the chain is never seen lower
+- Every step of the chain's state commits in one state-store transaction: a block (or a
+  batch of blocks) applied, their undo records marked and the tip moved; a block disconnected
+  and the tip moved down; a block refused with its descendants. The UTXO store's part of a step
+  comes first; a worker that dies between the two leaves the `applying` mark (naming every
+  block of a batch), and the next holder takes them back, the last first, and applies them
+  again; or the `disconnecting` mark (written before a disconnection's first change), and the
+  next holder finishes the disconnection. So the chain is never seen lower
   than where it was, nor an applied block above the tip, nor a block half off the chain.
 - A rebase the index noted (a block arrived that the base descends from) is carried out before
   anything else: every applied block is taken back whole (its records were made at the old
@@ -40,9 +43,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass
-from typing import Any
+from contextlib import contextmanager, nullcontext
 
 from chain import Block, block_work
 from stores.blob.protocol import BlobStore
@@ -51,6 +52,7 @@ from stores.lease import holder_id
 from stores.sqldb import same_sqlite_file
 from stores.state import BlockChange, BlockEntry, BlockStatus, StateStore
 from stores.utxo import UtxoStore
+from workers.batch import APPLYING, Applied, Batch, applying_blocks, mark
 from workers.blockapply import UNSEEN, BlockApplier, BlockRefused
 from workers.blockindex import (
     BASE,
@@ -67,7 +69,6 @@ from workers.fanout import Fanout, LocalFanout, settle_block
 log = logging.getLogger("utxoflow.sequencer")
 
 LEASE = "chain"  # applying the best chain
-APPLYING = "applying"  # state meta: the blocks being applied now, in order (space-separated hashes)
 DISCONNECTING = "disconnecting"  # state meta: the block being taken off the chain now
 # How long the index lease is waited for (it is held for milliseconds: longer means its holder is
 # stuck): by a block's indexing (then its task is retried), by a rebase (then it fails, retried).
@@ -109,7 +110,7 @@ class Sequencer:
         )
         self.lease_s = lease_s
         self.retention = utxo.retention
-        # Blocks in one UTXO-store transaction (`fused`, and batches of them: `_Batch`) where the
+        # Blocks in one UTXO-store transaction (`fused`, and batches of them: `workers.batch`) where the
         # store has one (SQLite) and a block's units all run here — and not when the state store
         # is the same SQLite file: its writes during a block (undo notes, the lease) would wait
         # for the block's own transaction.
@@ -290,10 +291,10 @@ class Sequencer:
                 settle_block(self.state, block_hash, self.lease_s)  # its units: none may still write
                 self.applier.rollback(self.load(block_hash), undo)
                 left = marked[: marked.index(block_hash)]
-                self.state.commit(undo={block_hash: None}, meta={APPLYING: _mark(left)})
+                self.state.commit(undo={block_hash: None}, meta={APPLYING: mark(left)})
         self.state.commit(meta={APPLYING: None})
 
-    def _apply(self, e: BlockEntry, batch: _Batch) -> bool:
+    def _apply(self, e: BlockEntry, batch: Batch) -> bool:
         """Apply one block of the best chain (in `batch`: its state-store step is committed
         with the batch's); False when it is refused."""
         assert e.height is not None
@@ -305,7 +306,7 @@ class Sequencer:
             self.applier.rollback(block, undo)  # left half applied (without its mark): start over
         undo = self.applier.plan(block) | {"state": "applying", "block_id": e.block_id, "height": e.height}
         batch.begin()  # its transaction, open from its first block on (the plan saw what is in it)
-        self.state.commit(undo={e.hash: undo}, meta={APPLYING: _mark([*batch.hashes, e.hash])})
+        self.state.commit(undo={e.hash: undo}, meta={APPLYING: mark([*batch.hashes, e.hash])})
         t0 = time.perf_counter()
         self.applier.heartbeat = self._renewer()
         # the whole block all or nothing where it can be (see __init__): a savepoint of the
@@ -328,11 +329,11 @@ class Sequencer:
         return True
 
     @contextmanager
-    def _batched(self) -> Iterator[_Batch]:
-        """Consecutive blocks in one UTXO-store transaction (see `_Batch`): committed, with
+    def _batched(self) -> Iterator[Batch]:
+        """Consecutive blocks in one UTXO-store transaction (see `workers.batch`): committed, with
         their state-store step, when the batch is full, at the end, or when the budget runs
         out; rolled back on any other error (their `applying` mark then takes them back)."""
-        batch = _Batch(self)
+        batch = Batch(self)
         try:
             yield batch
         except Unfinished:
@@ -355,7 +356,7 @@ class Sequencer:
             blocks=[BlockChange(a.entry.hash, status=BlockStatus.APPLIED) for a in done],
             tip=last.hash,
             undo={a.entry.hash: a.undo | {"state": "applied"} for a in done},
-            meta={APPLYING: _mark(still or [])},
+            meta={APPLYING: mark(still or [])},
             prune_undo_below=None if keep else last.height - self.retention,
         )
         for a in done:
@@ -468,95 +469,6 @@ class Sequencer:
             root_hash[::-1].hex(),
             change.height or 0,
         )
-
-
-
-
-# Consecutive blocks ready to apply share one UTXO-store transaction (SQLite, `fused`), up to
-# this many blocks or transactions: each block's writes then land on pages the one before
-# dirtied, and the commit's cost is shared. Small enough that a batch commits within a second
-# or so (another process's writes wait for it; `utxo wait` sees blocks applied when it does).
-BATCH_BLOCKS = 8
-BATCH_TXS = 16_000
-
-
-@dataclass
-class Applied:
-    """A block applied inside a batch, its state-store step still to commit."""
-
-    entry: BlockEntry
-    undo: dict[str, Any]
-    counts: dict[str, int]
-    seconds: float
-    txs: int
-
-
-class _Batch:
-    """Blocks applied in one UTXO-store transaction, in order, and their state-store step
-    committed after it (`Sequencer._finish`).
-
-    Invariants: the `applying` mark names every block of the batch, in order (the last is the
-    one being applied), from before its first write until its state-store step is committed,
-    so a worker that dies at any point leaves them to the next holder, which takes back the
-    last first (`_take_back_unfinished`). Each block is all or nothing by itself within the
-    transaction (a savepoint): a refused block's writes go, and the blocks before it are
-    committed before it is marked invalid. Where blocks are not fused (PostgreSQL, or units
-    shared with other workers), every block is a batch of its own, committed as before."""
-
-    def __init__(self, seq: Sequencer) -> None:
-        self.seq = seq
-        self.done: list[Applied] = []
-        self.hashes: list[bytes] = []
-        self._open: ExitStack | None = None
-
-    def begin(self) -> None:
-        """Before a block's first write: the batch's transaction, if it is not open yet."""
-        if self._open is None and self.seq.fuse:
-            stack = ExitStack()
-            stack.enter_context(self.seq.utxo.fused())
-            self._open = stack
-
-    def add(self, applied: Applied) -> None:
-        self.done.append(applied)
-        self.hashes.append(applied.entry.hash)
-        if (not self.seq.fuse or len(self.done) >= BATCH_BLOCKS
-                or sum(a.txs for a in self.done) >= BATCH_TXS):
-            self.flush()
-
-    def flush(self, still: list[bytes] | None = None) -> None:
-        """Commit the transaction, then the blocks' state-store step (`still`: blocks the mark
-        keeps naming after it, see `Sequencer._finish`). The lease is renewed just before the
-        commit: a holder that lost it meanwhile rolls back instead of committing blocks that
-        the next holder is already taking back."""
-        stack, self._open = self._open, None
-        if stack is not None:
-            try:
-                self.seq._renew()
-            except BaseException as exc:
-                self.done, self.hashes = [], []
-                stack.__exit__(type(exc), exc, exc.__traceback__)
-                raise
-            stack.close()  # COMMIT (an error here leaves every block to its mark)
-        done, self.done, self.hashes = self.done, [], []
-        if done:
-            self.seq._finish(done, still)
-
-    def abort(self, exc: BaseException) -> None:
-        """Roll the transaction back: the blocks' marks take them back."""
-        stack, self._open = self._open, None
-        self.done, self.hashes = [], []
-        if stack is not None:
-            stack.__exit__(type(exc), exc, exc.__traceback__)
-
-
-def applying_blocks(state: StateStore) -> list[bytes]:
-    """The blocks the `applying` mark names, in the order they were applied."""
-    mark = state.get_meta(APPLYING)
-    return [bytes.fromhex(h) for h in mark.split()] if mark else []
-
-
-def _mark(hashes: list[bytes]) -> str | None:
-    return " ".join(h.hex() for h in hashes) or None
 
 
 def chain_at_rest(state: StateStore) -> bool:

@@ -1,5 +1,5 @@
 """Consecutive blocks ready to apply share one UTXO-store transaction on SQLite (a batch,
-`workers.sequencer._Batch`), on every backend: the same chain results; a batch cut short at any
+`workers.batch`), on every backend: the same chain results; a batch cut short at any
 point — before its commit, after it but before the state store's step, at a refused block —
 leaves nothing half applied, and the next pass goes on from where the state store says."""
 
@@ -15,7 +15,7 @@ from stores.errors import StorageError
 from stores.state import BlockStatus
 from tests.pipeline.chains import confirmed, confirmed_model, script, spend
 from tests.pipeline.world import World
-from workers import sequencer
+from workers import batch
 from workers.sequencer import APPLYING, Sequencer, applying_blocks
 
 
@@ -51,11 +51,11 @@ def test_ready_blocks_are_applied_in_batches(seq: Sequencer, monkeypatch: pytest
     w = World(seq)
     seen = finishes(seq, monkeypatch)
     applied = seq.state.counts()["applied"]
-    n = sequencer.BATCH_BLOCKS + 2
+    n = batch.BATCH_BLOCKS + 2
     ready(w, n)
     seq.advance()
     w.check()
-    assert seen == ([sequencer.BATCH_BLOCKS, 2] if seq.fuse else [1] * n)
+    assert seen == ([batch.BATCH_BLOCKS, 2] if seq.fuse else [1] * n)
     assert seq.state.get_meta(APPLYING) is None and seq.state.counts()["applied"] == applied + n
 
 

@@ -5,6 +5,7 @@ no-op elsewhere (every backend: the observable results are the same, only atomic
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -160,3 +161,23 @@ def test_work_after_the_commit_goes_with_the_savepoint_that_left_it(tmp_path: Pa
         assert db.read("rows", lambda c: c.execute("SELECT a FROM t").fetchall()) == [(1,)]
     finally:
         db.close()
+
+
+def test_the_height_moves_inside_and_goes_back_with_what_is_rolled_back(
+    store: UtxoStore, store_url: str
+) -> None:
+    """The next block of a batch counts from the height the one before it set (its delete-at-
+    heights depend on it); a block rolled back takes its height back with it."""
+    s: Any = store
+    store.set_block_height(100)
+    with pytest.raises(RuntimeError), store.fused():
+        store.set_block_height(105)
+        assert s.height_for() == 105
+        with pytest.raises(RuntimeError), store.fused():
+            store.set_block_height(106)
+            assert s.height_for() == 106
+            raise RuntimeError("this block is refused")
+        assert s.height_for() == (105 if store_url.startswith("sqlite") else 106)
+        raise RuntimeError("the worker dies here")
+    assert s.height_for() == (100 if store_url.startswith("sqlite") else 106)
+    assert store.current_height() == s.height_for()  # as stored

@@ -97,7 +97,7 @@ def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
     with Reporter() as rep, rep.step("enqueue blocks", len(blocks), "blocks") as advance:
         for block in blocks:
             submit_block(block.raw, svc, block)
-            emit({"enqueued": "block", "hash": block.hash_hex, "txs": block.txs})
+            emit({"enqueued": "block", "hash": block.hash_hex, "txs": block.n_txs})
             advance(1)
 
 

@@ -154,11 +154,9 @@ class SqlBase:
     def set_block_height(self, height: int) -> None:
         validate.height("block height", height, zero_ok=False)
         self.db.write("set_block_height", lambda cur: self._set_meta(cur, "block_height", str(height)))
-
-        def stored() -> None:  # (inside `fused`: once committed; a rollback leaves it as it was)
-            self.block_height = height
-
-        self.db.after_commit(stored)
+        before, self.block_height = self.block_height, height
+        # (inside `fused`: the next block of a batch counts from it; rolled back, it goes back)
+        self.db.on_rollback(lambda: setattr(self, "block_height", before))
 
     def current_height(self) -> int:
         """The store's height, read afresh (another process may have moved it on)."""
