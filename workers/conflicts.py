@@ -1,0 +1,162 @@
+"""Conflicts on the way of a block: making mempool transactions conflicting (a block's spend
+wins over theirs), giving a refused block's conflicting transactions their spends back, and
+taking back exactly the spends a transaction made. Mixed into `workers.blockapply.BlockApplier`.
+
+Invariants:
+- A spend that meets an output already spent by a transaction *not* mined on this chain (a
+  mempool transaction, or one a reorg left unmined) wins: that spender becomes conflicting with
+  every descendant, and its spends are released while their parents are locked (noted in the
+  undo record first), so that no mempool transaction takes the outputs meanwhile; the block's
+  spends ignore that lock. The parents are unlocked once the phase has succeeded, or by the
+  take-back after it has given the conflicting transactions their spends back.
+- A spend takes back only what a transaction itself spent: an output is freed only while its
+  stored spender is that transaction (the store's unspend goes by UTXO hash, whoever spent).
+- Everything is idempotent: a swap cut short by a crash is found again from the same roots
+  and finished.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from chain import Tx, hash_to_hex
+from stores.utxo import Ignore, StorageError, TxNotFound, UtxoError, UtxoStore, twophase
+from stores.utxo.records import Spend
+
+log = logging.getLogger("utxoflow.blocks")
+# A block is authoritative over `locked`: its spends go through parents a conflict swap locked.
+BLOCK_SPEND = Ignore(locked=True)
+
+
+def chunks(seq: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(seq), size):
+        yield seq[i : i + size]
+
+
+class Conflicts:
+    """The conflict handling of a block applier (its `utxo`, `chunk` and undo noting)."""
+
+    utxo: UtxoStore
+    chunk: int
+    _undo: dict[str, Any] | None
+    _save: Callable[[dict[str, Any]], None] | None
+
+    def make_conflicting(self, txids: Sequence[bytes], lock: bool = True) -> None:
+        """Mark these transactions and every descendant conflicting and release their spends,
+        locking the parents (those not locked already are noted in the undo record first, and
+        unlocked by `unlock_swapped`), so that the outputs they spent go to the chain's
+        transaction and to no one else meanwhile. Each is noted in the undo record first: a
+        block refused later gives them back what they had.
+
+        The whole tree is marked first (parents first), then the spends are released leaves
+        first: until the end, the roots hold the outputs they were found by, so a swap cut
+        short by a crash is found again from the same roots and finished. Idempotent: one
+        found conflicting already is not noted again (a refused block leaves it conflicting,
+        without the spends a crash left it), but its spends are released and its descendants
+        walked all the same."""
+        todo = list(txids)
+        seen: set[bytes] = set()
+        marked: list[Tx] = []
+        while todo:
+            t = todo.pop(0)  # parents before their descendants: the order `restore` replays
+            if t in seen:
+                continue
+            seen.add(t)
+            try:
+                meta = self.utxo.get(t)
+            except TxNotFound:
+                continue
+            tx = meta.tx
+            parents: list[bytes] = []
+            if tx is not None and not tx.is_coinbase and lock and (not meta.conflicting or self._holds(tx)):
+                parents = self._unlocked(sorted({i.prev_txid for i in tx.inputs}))
+            if self._undo is not None and (parents or not meta.conflicting):
+                if not meta.conflicting:
+                    self._undo.setdefault("conflicted", []).append(t.hex())
+                locked = self._undo.setdefault("locked", [])
+                locked += [p.hex() for p in parents if p.hex() not in locked]
+                if self._save is not None:
+                    self._save(self._undo)
+            if not meta.conflicting:
+                self.utxo.set_conflicting([t], True)
+                log.info("tx %s is conflicting with the chain", hash_to_hex(t))
+            twophase.park("conflict_swap")  # (a crash test stops here: marked, spends still held)
+            if tx is not None:
+                marked.append(tx)
+                outs = self.utxo.get_outputs([(t, v) for v in range(len(tx.outputs))])
+                todo += [o.spending_txid for o in outs.values() if o.spending_txid is not None]
+        for tx in reversed(marked):
+            self.release([tx], lock=lock)
+
+    def _holds(self, tx: Tx) -> bool:
+        """`tx` is the stored spender of one of its inputs at least."""
+        outs = self.utxo.get_outputs([(i.prev_txid, i.prev_vout) for i in tx.inputs])
+        return any(o.spending_txid == tx.txid for o in outs.values())
+
+    def release(self, txs: Sequence[Tx], lock: bool = False) -> None:
+        """Take back the spends these transactions made, and only theirs: an output is freed
+        while its stored spender is the transaction (the store's unspend goes by UTXO hash,
+        whoever spent) and not one its parent lists as pruned (a replay of a pruned tx has the
+        pruned one's txid: the spend there is the old one's). `lock` locks the parents it
+        frees outputs of."""
+        by: dict[tuple[bytes, int], set[tuple[bytes, int]]] = {}  # outpoint → who may have spent it
+        for t in txs:
+            if not t.is_coinbase:
+                for vin, i in enumerate(t.inputs):
+                    by.setdefault((i.prev_txid, i.prev_vout), set()).add((t.txid, vin))
+        for part in chunks(sorted(by), self.chunk * 2):
+            outs = self.utxo.get_outputs(list(part))
+            mine = [
+                Spend(op[0], op[1], o.utxo_hash, o.spending_txid, o.spending_vin)
+                for op, o in sorted(outs.items())
+                if o.spending_txid is not None and o.spending_vin is not None
+                and (o.spending_txid, o.spending_vin) in by[op]
+            ]
+            if mine:  # a spender that was pruned (a replay of it) spent there for good
+                parents = sorted({s.txid for s in mine})
+                pruned = {
+                    (p, c) for p in parents for c in self.utxo.get(p, ["deleted_children"]).deleted_children
+                }
+                mine = [s for s in mine if (s.txid, s.spending_txid) not in pruned]
+            for s, err in zip(mine, self.utxo.unspend(mine, lock_parents=lock) if mine else []):
+                if err is not None:
+                    raise StorageError(f"taking back the spend of {hash_to_hex(s.txid)}:{s.vout}: {err}")
+
+    def _unlocked(self, txids: list[bytes]) -> list[bytes]:
+        """Those of `txids` the store holds and that are not locked (a swap unlocks only what
+        it locked)."""
+        out = []
+        for t in txids:
+            try:
+                if not self.utxo.get(t, ["locked"]).locked:
+                    out.append(t)
+            except TxNotFound:
+                continue  # a parent pruned since: nothing to lock
+        return out
+
+    def unlock_swapped(self) -> None:
+        """Unlock the parents that conflict swaps of this block locked (noted in its undo);
+        one pruned since is nothing to unlock."""
+        locked = [bytes.fromhex(h) for h in (self._undo or {}).get("locked", [])]
+        present = self.utxo.existing(locked) if locked else set()
+        if present:
+            self.utxo.set_locked(sorted(present), False)
+
+    def restore(self, txids: Sequence[bytes], height: int) -> None:
+        """Give mempool transactions that a refused block made conflicting back their state:
+        their inputs spent again (parents first; through the swap's locks, which are still on),
+        then not conflicting. One whose inputs someone else spent meanwhile stays conflicting."""
+        for t in txids:
+            try:
+                meta = self.utxo.get(t)
+            except TxNotFound:
+                continue
+            if meta.tx is not None and not meta.tx.is_coinbase:
+                (r,) = self.utxo.spend_many([meta.tx], height, ignore=BLOCK_SPEND)
+                if isinstance(r, UtxoError):
+                    log.warning("tx %s could not spend its inputs again, it stays conflicting: %s",
+                                hash_to_hex(t), r)
+                    continue
+            self.utxo.set_conflicting([t], False)
