@@ -330,3 +330,37 @@ def test_a_worker_whose_store_is_not_there_yet_waits_for_it(pipeline: Pipeline) 
         finally:
             pipeline.stop(graceful=False)
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.timeout(180)
+def test_pool_child_killed_mid_batch(pipeline: Pipeline) -> None:
+    """Two workers, SQLite, a block's phases run by its coordinator (no helpers): the holder
+    applies the blocks the other worker indexed meanwhile in batches (one transaction each).
+    Its pool child is killed while the `applying` mark names a batch of several blocks; the
+    next holder takes back what the mark names and the chain still ends complete, equal to the
+    model."""
+    pipeline.env["UTXO_BLOCK_CHUNK_HELPERS"] = "0"  # (helpers would keep each block apart)
+    pipeline.env["UTXO_BLOCK_CHUNK_TXS"] = "1000"
+    chain, base = big_chain(pipeline, 16, 2_000)
+    pipeline.start_worker("w1")
+    pipeline.start_worker("w2")
+    enqueue = pipeline.enqueue_start("block", chain.blocks)
+    state = pipeline.open_state()
+    try:
+
+        def batch_open() -> tuple[int, int] | None:
+            marks = applying_blocks(state)
+            holder = state.lease_holder(LEASE)
+            if len(marks) < 2 or holder is None:
+                return None
+            return int(holder.split(":")[1]), len(marks)
+
+        child, n = until(batch_open, 60, poll=0.002, why="a batch of several blocks being applied")
+    finally:
+        state.close()
+    os.kill(child, signal.SIGKILL)
+    enqueue.communicate(timeout=60)
+    assert enqueue.returncode == 0
+    assert n >= 2
+    check_complete(pipeline, chain, base)
+    assert "Traceback" not in pipeline.logs() or "WorkerLostError" in pipeline.logs()
