@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from chain import Block, TxIn, parse_block
+from chain import Block, Tx, TxIn, parse_block
 from chain.build import build_tx
 from stores.blob import open_blob_store
 from stores.state import BlockStatus, open_state_store
-from stores.utxo import open_utxo_store
+from stores.utxo import UtxoStore, open_utxo_store
 from tests.pipeline.chains import Chain, confirmed, confirmed_model, script, spend
 from tests.pipeline.world import World
 from workers.sequencer import APPLYING, LEASE, ChainBusy, Sequencer
@@ -339,6 +339,20 @@ def test_a_block_is_fused_unless_the_state_store_shares_its_sqlite_file(tmp_path
             s.state.close()
 
 
+def arrives_after_the_plan(seq: Sequencer, other: UtxoStore, tx: Tx, height: int) -> None:
+    """Another worker (`other`) creates `tx` and spends its inputs, as the transaction pipeline
+    does, right after `seq`'s next block plan has read the store."""
+    plan = seq.applier.plan
+
+    def plan_then_tx_arrives(block: Block) -> dict[str, object]:
+        undo = plan(block)
+        other.create(tx, height)
+        other.spend(tx, height)
+        return undo
+
+    seq.applier.plan = plan_then_tx_arrives  # type: ignore[method-assign]
+
+
 def test_a_parent_created_between_the_plan_and_the_checks_is_seen(
     seq: Sequencer, urls: tuple[str, str], tmp_path: Path
 ) -> None:
@@ -351,16 +365,7 @@ def test_a_parent_created_between_the_plan_and_the_checks_is_seen(
     try:
         m = spend((w.funds[1], 0))
         raw = w.chain.next_block([spend((w.funds[2], 0)), spend((m, 0))])
-        height = w.chain.height - 1
-        plan = seq.applier.plan
-
-        def plan_then_m_arrives(block: Block) -> dict[str, object]:
-            undo = plan(block)
-            other.create(m, height)
-            other.spend(m, height)
-            return undo
-
-        seq.applier.plan = plan_then_m_arrives  # type: ignore[method-assign]
+        arrives_after_the_plan(seq, other, m, w.chain.height - 1)
         e = seq.submit(raw)
         assert e.status is BlockStatus.INVALID and "not mined on this chain" in (e.reason or ""), e
         assert seq.utxo.existing([m.txid]) == {m.txid}  # the mempool tx stays, unmined
@@ -381,16 +386,7 @@ def test_a_block_tx_created_by_another_worker_after_the_plan_outlives_a_refusal(
         m = spend((w.funds[1], 0))
         nowhere = TxIn(b"\x77" * 32, 0, b"\x51", 0xFFFFFFFF)
         raw = w.chain.next_block([m, build_tx([nowhere], [(1, script())])])  # refused: spends nothing
-        height = w.chain.height - 1
-        plan = seq.applier.plan
-
-        def plan_then_m_arrives(block: Block) -> dict[str, object]:
-            undo = plan(block)
-            other.create(m, height)
-            other.spend(m, height)
-            return undo
-
-        seq.applier.plan = plan_then_m_arrives  # type: ignore[method-assign]
+        arrives_after_the_plan(seq, other, m, w.chain.height - 1)
         e = seq.submit(raw)
         assert e.status is BlockStatus.INVALID and "missing output" in (e.reason or ""), e
         assert seq.utxo.existing([m.txid]) == {m.txid}  # the mempool tx stays, unmined

@@ -222,11 +222,7 @@ def create_insert(like: Record, empty_blob: str) -> str:
         or like.reassignments != "[]"
         or like.spendable_in != "{}"
     ), "not a new one-record transaction"
-    unmined = "NULL" if like.unmined_since is None else str(int(like.unmined_since))
-    shared = (
-        f"{int(like.locked)}, {int(like.creating)}, {int(like.conflicting)}, {unmined}, NULL, 0, 0, 0, "
-        f"'{like.blocks}', '[]', '{{}}', {RAW_TX}, {empty_blob}, {empty_blob}"
-    )
+    shared = ", ".join(_literal(v, empty_blob) for v in create_shared(like))
     return (
         f"INSERT INTO txs ({', '.join(CREATE_COLS)}, {', '.join(SHARED_COLS)}) "
         f"VALUES ({', '.join('?' * len(CREATE_COLS))}, {shared}) ON CONFLICT (txid) DO NOTHING"
@@ -234,10 +230,23 @@ def create_insert(like: Record, empty_blob: str) -> str:
 
 
 def create_shared(like: Record) -> tuple[Any, ...]:
-    """`create_insert`'s literals as values, in SHARED_COLS order (for COPY_CREATE)."""
+    """The values of SHARED_COLS every record of a create call shares, in their order: SQL
+    literals in `create_insert`, values of every row in COPY_CREATE."""
     unmined = None if like.unmined_since is None else int(like.unmined_since)
     return (int(like.locked), int(like.creating), int(like.conflicting), unmined, None, 0, 0, 0,
             like.blocks, "[]", "{}", RAW_TX, b"", b"")
+
+
+def _literal(value: Any, empty_blob: str) -> str:
+    """A shared value as SQL (its strings checked by `create_insert`: no quotes in them)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bytes):
+        assert value == b"", value
+        return empty_blob
+    if isinstance(value, str):
+        return f"'{value}'"
+    return str(int(value))
 
 
 def create_values(rec: Record, raw: bytes) -> list[Any]:
