@@ -200,8 +200,7 @@ class Database:
             except BaseException as e:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                for fn in reversed(self._undo):  # what this process keeps of it goes back too
-                    fn()
+                self._unwind(0, 0)  # what this process keeps of it goes back too
                 if isinstance(e, sqlite3.Error):
                     raise self._failure("committing one transaction for many units", e) from e
                 raise
@@ -270,10 +269,7 @@ class Database:
         try:
             yield cur
         except BaseException:
-            del self._after[left:]
-            for fn in reversed(self._undo[undo:]):
-                fn()
-            del self._undo[undo:]
+            self._unwind(left, undo)
             if self._sqlite.in_transaction:
                 cur.execute("ROLLBACK TO unit")
                 cur.execute("RELEASE unit")
@@ -281,6 +277,15 @@ class Database:
                 self._held_lost = True
             raise
         cur.execute("RELEASE unit")
+
+    def _unwind(self, after_from: int, undo_from: int) -> None:
+        """Writes rolled back (a savepoint's: from these positions on; the transaction's: 0, 0):
+        the work they left for after the commit goes, and their `on_rollback` hooks run, the
+        last first."""
+        del self._after[after_from:]
+        hooks, self._undo = self._undo[undo_from:], self._undo[:undo_from]
+        for fn in reversed(hooks):
+            fn()
 
     # -- units of work --------------------------------------------------------------------------
     def transient(self, e: BaseException) -> bool:

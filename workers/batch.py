@@ -75,14 +75,13 @@ class Batch:
         keeps naming after it, see `Sequencer._finish`). The lease is renewed just before the
         commit: a holder that lost it meanwhile rolls back instead of committing blocks that
         the next holder is already taking back."""
-        stack, self._open = self._open, None
-        if stack is not None:
+        if self._open is not None:
             try:
                 self.seq._renew()
             except BaseException as exc:
-                self.done, self.hashes = [], []
-                stack.__exit__(type(exc), exc, exc.__traceback__)
+                self.abort(exc)
                 raise
+            stack, self._open = self._open, None
             stack.close()  # COMMIT (an error here leaves every block to its mark)
         done, self.done, self.hashes = self.done, [], []
         if done:

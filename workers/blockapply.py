@@ -252,8 +252,7 @@ class BlockApplier(Conflicts):
             return
         gone = {t.hex() for t in txids}
         self._undo["created"] = [h for h in self._undo["created"] if h not in gone]
-        if self._save is not None:
-            self._save(self._undo)
+        self._keep_undo()
 
     def spend_phase(self, block: Block, created: set[bytes], ctx: dict[str, int]) -> int:
         """Spend every input; returns how many were skipped as missing (allow-missing mode).
@@ -298,8 +297,7 @@ class BlockApplier(Conflicts):
             self.make_conflicting(rivals)
             if self._undo is not None:
                 self._undo.setdefault("reclaimed", []).append(tx.txid.hex())
-                if self._save is not None:
-                    self._save(self._undo)
+                self._keep_undo()
             self.utxo.set_conflicting([tx.txid], False)
             log.info("tx %s, conflicting until now, wins: this block mines it", tx.txid_hex)
 

@@ -43,6 +43,11 @@ class Conflicts:
     _undo: dict[str, Any] | None
     _save: Callable[[dict[str, Any]], None] | None
 
+    def _keep_undo(self) -> None:
+        """Write the undo record again, grown by a note (where there is one to write)."""
+        if self._undo is not None and self._save is not None:
+            self._save(self._undo)
+
     def make_conflicting(self, txids: Sequence[bytes], lock: bool = True) -> None:
         """Mark these transactions and every descendant conflicting and release their spends,
         locking the parents (those not locked already are noted in the undo record first, and
@@ -77,8 +82,7 @@ class Conflicts:
                     self._undo.setdefault("conflicted", []).append(t.hex())
                 locked = self._undo.setdefault("locked", [])
                 locked += [p.hex() for p in parents if p.hex() not in locked]
-                if self._save is not None:
-                    self._save(self._undo)
+                self._keep_undo()
             if not meta.conflicting:
                 self.utxo.set_conflicting([t], True)
                 log.info("tx %s is conflicting with the chain", hash_to_hex(t))

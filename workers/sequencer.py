@@ -284,14 +284,14 @@ class Sequencer:
         marked = applying_blocks(self.state)
         if not marked:
             return
-        for block_hash in reversed(marked):  # the last applied first: each on what was before it
+        for k in reversed(range(len(marked))):  # the last applied first: each on what was before it
+            block_hash = marked[k]
             undo = self.state.get_undo(block_hash)
             if undo is not None and undo.get("state") == "applying":
                 log.warning("taking back block %s, left half applied", block_hash[::-1].hex())
                 settle_block(self.state, block_hash, self.lease_s)  # its units: none may still write
                 self.applier.rollback(self.load(block_hash), undo)
-                left = marked[: marked.index(block_hash)]
-                self.state.commit(undo={block_hash: None}, meta={APPLYING: mark(left)})
+                self.state.commit(undo={block_hash: None}, meta={APPLYING: mark(marked[:k])})
         self.state.commit(meta={APPLYING: None})
 
     def _apply(self, e: BlockEntry, batch: Batch) -> bool:
