@@ -15,6 +15,7 @@ from celery import Task
 
 from chain import hex_to_hash
 from stores.errors import StorageError
+from stores.state import BlockStatus
 from workers.app import app
 from workers.blockindex import BlockMissing
 from workers.sequencer import ChainBusy, Unfinished
@@ -22,6 +23,8 @@ from workers.services import services
 
 log = logging.getLogger("utxoflow.tasks")
 MISSING_RETRIES = 3  # a block whose bytes are nowhere is reported after this many tries
+# a block settled this way needs its body no more (the pruner removes bodies below the retention)
+SETTLED = (BlockStatus.APPLIED, BlockStatus.SIDE, BlockStatus.INVALID)
 
 
 @app.task(name="utxoflow.block.arrived", bind=True, max_retries=None)
@@ -47,6 +50,10 @@ def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
         if e.block_hash != h:  # another block of the chain: the chain waits for its bytes
             log.error("block %s: %s (will retry)", block_hash, e)
             raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
+        known = svc.state.get_block(h)
+        if known is not None and known.status in SETTLED:  # its body was pruned: nothing to do
+            svc.registry.done(ident)
+            return known.to_json()
         if self.request.retries < MISSING_RETRIES:  # maybe not written yet (a blob replica)
             raise self.retry(countdown=0.5 * (self.request.retries + 1)) from e
         log.error("block %s given up: %s", block_hash, e)

@@ -12,7 +12,9 @@ from celery.signals import worker_ready
 from workers import kombu_fix
 
 kombu_fix.apply()  # a worker must outlive a restart of Redis (see the module)
-app = Celery("utxoflow", include=["tasks.blocks", "tasks.chunks", "tasks.recovery", "tasks.txs"])
+app = Celery(
+    "utxoflow", include=["tasks.blocks", "tasks.chunks", "tasks.prune", "tasks.recovery", "tasks.txs"]
+)
 app.config_from_object("celeryconfig")
 log = logging.getLogger("utxoflow.app")
 

@@ -119,6 +119,8 @@ class Sequencer:
             and not same_sqlite_file(utxo.url, state.url)
         )
         self.holder = holder_id(f"{id(self):x}")
+        # told the height of the last block of each committed batch (the pruner's request)
+        self.on_applied: Callable[[int], None] | None = None
         # blocks this worker's passes made final (applied, refused): their message ids go once
         # a pass ends with the chain at rest (`take_settled`), theirs or left to this worker
         self._settled: set[bytes] = set()
@@ -363,6 +365,8 @@ class Sequencer:
             self._settled.add(a.entry.hash)
             log.info("applied block %s at height %d: %s in %.2f s",
                      a.entry.hash[::-1].hex(), a.entry.height, a.counts, a.seconds)
+        if self.on_applied is not None:
+            self.on_applied(last.height)
 
     def _renewer(self) -> Callable[[], None]:
         """Renews the chain lease at most every quarter of its TTL while a block is applied

@@ -14,6 +14,7 @@ from stores.utxo import UtxoStore, open_utxo_store
 from stores.utxo.gcpause import tune_for_blocks
 from workers.broker import BrokerRun
 from workers.fanout import TaskFanout
+from workers.pruner import Pruner, PrunerConfig
 from workers.registry import Registry
 from workers.sequencer import Sequencer
 from workers.settings import Settings, load_settings
@@ -27,6 +28,7 @@ class Services:
     blobs: BlobStore
     sequencer: Sequencer
     registry: Registry
+    pruner: Pruner
 
     def close(self) -> None:
         for s in (self.utxo, self.state, self.blobs):
@@ -65,7 +67,12 @@ def services(**overrides: Any) -> Services:
             seq = Sequencer(utxo, state, blobs, allow_missing_inputs=s.allow_missing_inputs,
                             chunk_txs=s.block_chunk_txs, fanout=fanout)
             registry = Registry(state, BrokerRun(s.broker_url))
-            _services = Services(s, utxo, state, blobs, seq, registry)
+            # prune chunks go to other workers only where the store takes concurrent writers
+            shared = not s.store_url.startswith("sqlite:") and s.chunk_helpers() > 0
+            pruner = Pruner(utxo, state, blobs, PrunerConfig.from_settings(s), send=_send,
+                            start_known=seq.index.start_known, shared=shared)
+            seq.on_applied = pruner.block_applied
+            _services = Services(s, utxo, state, blobs, seq, registry, pruner)
             atexit.register(_services.close)
         return _services
 

@@ -1,5 +1,6 @@
 """The state store: the chain's block index (hash, parent, height, cumulative work, status),
-the best-chain tip, per-block undo records, named leases and the registry of pending messages;
+the best-chain tip, per-block undo records, named leases, the registry of pending messages and
+the pruner's jobs;
 SQLite or PostgreSQL by URL."""
 
 from stores.state.factory import open_state_store
@@ -12,8 +13,9 @@ from stores.state.protocol import (
     PendingEntry,
     StateStore,
 )
+from stores.state.prunejobs import PruneJob, Requested
 
 __all__ = [
-    "KEEP", "PENDING_KINDS", "BlockChange", "BlockEntry", "BlockStatus", "PendingEntry", "StateStore",
-    "open_state_store",
+    "KEEP", "PENDING_KINDS", "BlockChange", "BlockEntry", "BlockStatus", "PendingEntry", "PruneJob",
+    "Requested", "StateStore", "open_state_store",
 ]

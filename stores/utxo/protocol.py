@@ -27,6 +27,7 @@ from stores.utxo.records import (
     BlockInfo,
     CreationLock,
     OutputInfo,
+    PruneResult,
     Spend,
     SpendInfo,
     Standing,
@@ -146,7 +147,15 @@ class UtxoStore(PagedRecords, Protocol):
 
     # -- pruning ----------------------------------------------------------------------------
     def query_dah(self, height: int, limit: int = 1000) -> list[bytes]: ...
+    def due_page(
+        self, height: int, after: tuple[int, bytes] | None = None, limit: int = 1000
+    ) -> list[tuple[int, bytes]]: ...
+    def parents_of(self, txids: Sequence[bytes]) -> set[bytes]: ...
     def delete_expired(self, txids: Sequence[bytes], height: int) -> int: ...
+    def prune(self, txids: Sequence[bytes], height: int, stable_at: int | None = None) -> PruneResult:
+        """Delete those of `txids` due at `height` (their blobs first; a blob that cannot go keeps
+        its record), noting each on the parents that stay; `stable_at`: defensive mode, keeping a
+        record while a spender is not mined at or below it."""
     def delete_txs(self, txids: Sequence[bytes]) -> int: ...
 
     def fused(self) -> AbstractContextManager[None]:

@@ -215,3 +215,21 @@ class CreationLock:
             "expires_at": self.expires_at, "process_id": self.process_id, "hostname": self.hostname,
             "expected_recs": self.expected_recs,
         }
+
+
+@dataclass(slots=True)
+class PruneResult:
+    """What one prune call did with the records it was given (the pruner sums these per job)."""
+
+    deleted: int = 0  # records removed (a multi-record transaction counts once)
+    not_due: int = 0  # missing, or no longer due under lock (a DAH cleared since the query)
+    defensive_kept: int = 0  # kept: a spender is not mined and stable yet (defensive mode)
+    blob_kept: int = 0  # kept: their external blob could not be removed (next run tries again)
+    blobs_deleted: int = 0
+
+    def add(self, other: PruneResult) -> None:
+        for f in PruneResult.__slots__:  # type: ignore[attr-defined]
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+    def to_json(self) -> dict[str, int]:
+        return {f: getattr(self, f) for f in PruneResult.__slots__}  # type: ignore[attr-defined]

@@ -19,7 +19,7 @@ from workers.sequencer import Sequencer
 BACKENDS = ["sqlite", "postgresql"]
 TABLES = (
     "txs", "tx_pages", "tx_creations", "meta", "tx_locks", "blocks", "chain", "undo", "leases", "pending",
-    "chunks",
+    "chunks", "prune_jobs",
 )
 
 

@@ -19,7 +19,7 @@ from stores.state import StateStore, open_state_store
 from stores.utxo.sqlite import sqlite_path
 
 BACKENDS = ["sqlite", "postgresql"]
-TABLES = ("blocks", "chain", "undo", "leases", "pending", "chunks")
+TABLES = ("blocks", "chain", "undo", "leases", "pending", "chunks", "prune_jobs")
 
 
 @pytest.fixture(params=BACKENDS)

@@ -167,7 +167,7 @@ def test_a_record_pruned_while_a_listing_runs_is_skipped(store_url: str, tmp_pat
     store.close()
 
 
-def test_pruning_removes_the_record_even_when_its_blob_cannot_be_deleted(
+def test_a_blob_that_cannot_be_removed_keeps_its_record_for_the_next_run(
     store_url: str, s3_endpoint: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     s3 = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
@@ -181,12 +181,41 @@ def test_pruning_removes_the_record_even_when_its_blob_cannot_be_deleted(
     store.spend(child((tx, 0)), 101)
     dah = store.get(tx.txid, ["delete_at_height"]).delete_at_height
     assert dah is not None
-    for obj in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
-        s3.delete_object(Bucket=bucket, Key=obj["Key"])
+    keys = [obj["Key"] for obj in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert keys  # the tx's blob
+    saved = {k: s3.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
+    for k in keys:
+        s3.delete_object(Bucket=bucket, Key=k)
     s3.delete_bucket(Bucket=bucket)  # the blob store now fails every call
     with caplog.at_level("WARNING", logger="utxoflow.store"):
-        assert store.delete_expired([tx.txid], dah) == 1
-    assert "its blob stays" in caplog.text
+        r = store.prune([tx.txid], dah)
+    assert (r.deleted, r.blob_kept, r.blobs_deleted) == (0, 1, 0)
+    assert "stays until its blob can be removed" in caplog.text
+    assert store.get(tx.txid, ["delete_at_height"]).delete_at_height == dah  # still there, still due
+    s3.create_bucket(Bucket=bucket)  # the store is back, with the blob
+    for k, data in saved.items():
+        s3.put_object(Bucket=bucket, Key=k, Body=data)
+    r = store.prune([tx.txid], dah)
+    assert (r.deleted, r.blob_kept, r.blobs_deleted) == (1, 0, 1)
+    with pytest.raises(TxNotFound):
+        store.get(tx.txid)
+    assert s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0  # the blob went first
+    store.close()
+
+
+def test_a_record_whose_blob_is_already_gone_is_pruned(store_url: str, tmp_path: Path) -> None:
+    """A crash between a blob's removal and its record's leaves a due record naming a missing
+    blob: the next run deletes it."""
+    store = open_utxo_store(store_url, blob_url=f"file://{tmp_path}/blobs", externalize_all=True)
+    store.set_block_height(100)
+    tx = funding(1)
+    created(store, tx, height=100, mined=True)
+    store.spend(child((tx, 0)), 101)
+    dah = store.get(tx.txid, ["delete_at_height"]).delete_at_height
+    assert dah is not None
+    store.external.blobs.delete(blob_key(tx.txid, "tx"))  # type: ignore[attr-defined]
+    r = store.prune([tx.txid], dah)
+    assert (r.deleted, r.blob_kept, r.blobs_deleted) == (1, 0, 1)
     with pytest.raises(TxNotFound):
         store.get(tx.txid)
     store.close()

@@ -21,6 +21,7 @@ holds it to `apply_dah` for every record state.
 from __future__ import annotations
 
 from stores.utxo.kernel.record import Record
+from stores.utxo.slots import FROZEN, NO_HASH, SLOT, UNSPENT
 
 
 def due(rec: Record, height: int, retention: int) -> int | None:
@@ -57,3 +58,32 @@ def first_mining_sql(height: int, retention: int) -> str:
         f"OR delete_at_height < {new} THEN {new} ELSE delete_at_height END "
         "ELSE NULL END"
     )
+
+
+# -- pruning: which due record may go now (the pruner's rules, seed 002) ------------------------
+
+
+def is_due(rec: Record, height: int) -> bool:
+    """`rec` may be pruned by a run at `height`: its DAH is set and at or below it."""
+    return rec.delete_at_height is not None and rec.delete_at_height <= height
+
+
+def spenders(rec: Record) -> set[bytes]:
+    """The txids that spent an output of `rec` (its master slots and every loaded page)."""
+    out: set[bytes] = set()
+    for r in (rec, *rec.pages.values()):
+        buf = bytes(r.utxos)
+        for off in range(0, len(buf), SLOT):
+            spend = buf[off + 32 : off + SLOT]
+            if buf[off : off + 32] != NO_HASH and spend != UNSPENT and spend != FROZEN:
+                out.add(spend[:32])
+    return out
+
+
+def stable_spender(child: Record | None, stable_at: int) -> bool:
+    """Defensive mode: a spender is stable when it is mined on the longest chain and every block
+    it is in is at or below `stable_at` (the run's height less the retention). One that cannot
+    be found is not (a pruned one is known to the caller by the parent's `deleted_children`)."""
+    if child is None or not child.mined:
+        return False
+    return max(h for _id, h, _sub in child.block_list()) <= stable_at

@@ -59,7 +59,7 @@ def _decoder(cols: tuple[str, ...], page: bool) -> Callable[[tuple[Any, ...]], R
         "    rec = _new(Record)",
         f"    ({targets},) = r[:{len(cols)}]",
         *[f"    rec.{c} = _{c} == 1" for c in cols if c in _BOOLS],
-        "    rec.utxos = bytearray(_utxos)",
+        *(["    rec.utxos = bytearray(_utxos)"] if "utxos" in cols else []),
         *([] if page else ["    rec.page = 0"]),
         "    rec.pages = {}",
         "    rec.dirty = set()",

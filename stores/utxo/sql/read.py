@@ -24,7 +24,7 @@ from stores.utxo.kernel import spend
 from stores.utxo.kernel.record import MINED_SQL, Record, decode_blocks, meta_of
 from stores.utxo.records import OutputInfo, SpendInfo, Standing, TxMeta, Utxo, UtxoStats
 from stores.utxo.sql import codec
-from stores.utxo.sql.state import StateMixin
+from stores.utxo.sql.prune import PruneMixin
 
 FIELDS = frozenset(TxMeta._fields)
 SELECT_TX = f"SELECT {codec.FULL.select}, raw_format, raw FROM txs"
@@ -66,7 +66,7 @@ def record_outputs(raw_format: int, raw: bytes | None) -> dict[int, tuple[int, b
     return {}
 
 
-class ReadMixin(StateMixin):
+class ReadMixin(PruneMixin):
     def get(self, txid: bytes, fields: Sequence[str] | None = None) -> TxMeta:
         validate.hash32("txid", txid)
         if fields is not None:

@@ -16,7 +16,6 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -215,36 +214,6 @@ class StateMixin(PagedMixin):
             return gone
 
         gone = self.db.write("delete_txs", unit) if txids else []
-        self._delete_blobs(gone)
-        return len(gone)
-
-    def delete_expired(self, txids: Sequence[bytes], height: int) -> int:
-        """Prune those of these records whose delete-at-height is set and at or below `height`,
-        checked again under lock (a record whose DAH was cleared since `query_dah` stays), and
-        list each on its parents' `deleted_children`. Returns how many went."""
-        validate.height("height", height)
-        validate.txids(txids)
-
-        def due(rec: Record) -> bool:
-            dah = rec.delete_at_height
-            return dah is not None and dah <= height
-
-        def unit(cur: Any) -> list[Record]:
-            recs = self._records(cur, self._with_parents(cur, txids))
-            gone = [recs[t] for t in sorted(set(txids)) if t in recs and due(recs[t])]
-            going = {rec.txid for rec in gone}
-            for rec in gone:
-                for p, _v in rec.inpoint_list():
-                    if p in recs and p not in going:
-                        state.add_deleted_child(recs[p], rec.txid)
-            self._write(cur, [r for t, r in recs.items() if t not in going])
-            self._delete(cur, gone)
-            cur.execute(self.db.q("DELETE FROM tx_locks WHERE expires_at <= ?"), (int(time.time() * 1000),))
-            return gone
-
-        gone = self.db.write("delete_expired", unit) if txids else []
-        # The records are gone (committed) before their blobs: a record never names a missing
-        # blob. A blob that cannot be removed now stays behind, named in the log.
         self._delete_blobs(gone)
         return len(gone)
 
