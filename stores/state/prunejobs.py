@@ -7,8 +7,9 @@ Invariants:
   IMMEDIATE; PostgreSQL: a transaction-level advisory lock), so two requests or two takers
   never both see an empty slot or a free lock.
 - Latest height wins: a request above the pending job's height cancels it and takes the slot; a
-  request at or below it is answered by it; a request at or below the last height a run
-  completed (`done`) is answered at once by the job that completed it.
+  request at or below it is answered by it, as one at or below a live run's height is by that
+  run; a request at or below the last height a run completed (`done`) is answered at once by
+  the job that completed it, and a job left waiting at or below `done` is cancelled, not run.
 - A running job holds a lease (`holder`, `lease_until`), renewed by its runner. When the lease
   has lapsed (or its holder is a dead process of this host), or the job is older than the job
   timeout, the next taker fails it, frees the lock and, unless a higher job is waiting, puts
@@ -156,14 +157,17 @@ class PruneJobs:
             if done is not None and height <= done and answer is not None:  # (else: out of the history)
                 return Requested(answer, False)
             running = self._one(cur, "status = ?", (RUNNING,))
+            live = self._live(running, now, int(timeout_s * 1000))
+            if live and running is not None and running.height >= height:
+                return Requested(running, False)  # the run under way covers it
             pending = self._one(cur, "status = ?", (PENDING,))
             if pending is not None and pending.height >= height:
-                return Requested(pending, not self._live(running, now, int(timeout_s * 1000)))
+                return Requested(pending, not live)
             if pending is not None:
                 self._end(cur, pending.id, CANCELLED, now, f"replaced by a request at height {height}")
             job = self._insert(cur, height, now)
             self._trim(cur)
-            return Requested(job, not self._live(running, now, int(timeout_s * 1000)))
+            return Requested(job, not live)
 
         return self.db.write("request a prune run", unit)
 
@@ -193,6 +197,10 @@ class PruneJobs:
                     self._insert(cur, running.height, now)
             pending = self._one(cur, "status = ?", (PENDING,))
             if pending is None:
+                return None
+            done = self._done(cur)
+            if done is not None and pending.height <= done:  # a run covered it since it was asked
+                self._end(cur, pending.id, CANCELLED, now, f"covered by the run that completed height {done}")
                 return None
             cur.execute(
                 q("UPDATE prune_jobs SET status = ?, started_at = ?, holder = ?, lease_until = ? "

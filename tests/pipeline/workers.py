@@ -157,6 +157,7 @@ class Pipeline:
         return open_utxo_store(
             self.env["UTXO_STORE_URL"], batch_size=int(self.env["UTXO_BATCH_SIZE"]),
             blob_url=self.env["UTXO_BLOB_URL"],
+            externalize_all=self.env.get("UTXO_EXTERNALIZE_ALL") == "true",
         )
 
     def open_state(self) -> StateStore:

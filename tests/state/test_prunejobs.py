@@ -134,3 +134,27 @@ def test_racing_requests_leave_one_pending_job_at_the_highest_height(state_url: 
             assert j.error is not None and int(j.error.rsplit(" ", 1)[1]) > j.height
     for s in stores:
         s.close()
+
+
+def test_a_request_a_live_run_covers_is_answered_by_it(state: StateStore) -> None:
+    state.prune_request(9, T)
+    run = state.prune_take("h:1:a", 30, T)
+    assert run is not None
+    for h in (9, 4):
+        r = state.prune_request(h, T)
+        assert r.job.id == run.id and not r.start
+    assert [j.status for j in state.prune_jobs()] == ["running"]
+
+
+def test_a_job_left_waiting_at_a_height_a_run_completed_is_not_run(state: StateStore) -> None:
+    state.prune_request(9, T)
+    slow = state.prune_take("elsewhere:1:a", 0.01, T)  # its lease lapses, but it runs on
+    assert slow is not None
+    time.sleep(0.05)
+    r = state.prune_request(9, T)  # the run is not live: a new job waits, and a runner is asked for
+    assert r.start and r.job.status == "pending"
+    assert state.prune_finish(slow.id, "elsewhere:1:a", "completed", {})  # it finished after all
+    assert state.prune_take("h:2:b", 30, T) is None  # height 9 is done: the waiting job is not run
+    waiting = state.prune_job(r.job.id)
+    assert waiting is not None and waiting.status == "cancelled"
+    assert waiting.error == "covered by the run that completed height 9"
