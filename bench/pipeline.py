@@ -3,7 +3,7 @@ file, N `utxo worker` processes, `utxo wait` — against the same blocks through
 and a plain SQLite UTXO table, all in the same run.
 
     python -m bench.pipeline [--backend sqlite|postgresql] [--workers N] [--blocks N]
-                             [--txs-per-block N] [--redis URL]
+                             [--txs-per-block N] [--redis URL] [--prune]
 
 The chain starts from a UTXO snapshot (so its first block has outputs to spend); every block
 holds one coinbase and N 2-in/2-out transactions spending the previous block's outputs.
@@ -18,6 +18,8 @@ holds one coinbase and N 2-in/2-out transactions spending the previous block's o
   process that parsed it at all (1.0: none parsed twice).
 - With `--backend postgresql` the end-to-end run is made on SQLite too, in the same run:
   `sqlite_tx_per_s` and `vs_sqlite`.
+- With `--prune`, only the end-to-end path, with retention 10, pruning on and off
+  (`prune_on_tx_per_s`, `prune_off_tx_per_s`, `on_vs_off`; see `prune_on_off`).
 The broker is an empty database of the Redis at `--redis` (default `UTXO_BROKER_URL`) that the
 run claims, as `utxo demo` does: it never uses the URL's own database or one holding data, and
 empties only the one it claimed. Peak RSS is per worker (main process and pool children, the
@@ -195,7 +197,8 @@ class Piped:
 
 
 def through_workers(
-    urls: dict[str, str], raws: list[bytes], workers: int, tmp: Path, redis_url: str
+    urls: dict[str, str], raws: list[bytes], workers: int, tmp: Path, redis_url: str,
+    extra_env: dict[str, str] | None = None,
 ) -> Piped:
     # An empty database of the Redis there, claimed for this run and emptied only while the
     # claim is still ours: nobody's data is touched (`workers.localredis`).
@@ -203,6 +206,7 @@ def through_workers(
     env = {
         **os.environ, "PYTHONPATH": str(ROOT), "UTXO_STORE_URL": urls["store"],
         "UTXO_STATE_URL": urls["state"], "UTXO_BLOB_URL": urls["blobs"], "UTXO_BROKER_URL": claimed.url,
+        **(extra_env or {}),
     }
     chain_file = tmp / "chain.hex"
     chain_file.write_text("".join(raw.hex() + "\n" for raw in raws))
@@ -249,6 +253,45 @@ def through_workers(
     return Piped(elapsed, peak, cpu, sum(len(x) for x in parsed), pairs)
 
 
+PRUNE_RETENTION = 10
+
+
+def prune_on_off(args: argparse.Namespace, entries: list[Utxo], raws: list[bytes], n: int) -> int:
+    """The chain through the workers twice, on fresh stores, with retention 10: pruning on (every
+    batch requests a run; the workers' `prune` queue runs them while blocks arrive) and off
+    (`UTXO_DISABLE_DAH_CLEANER`); off, on, off, on, the better of each kept."""
+    base = {"UTXO_BLOCK_HEIGHT_RETENTION": str(PRUNE_RETENTION)}
+    runs: dict[str, list[float]] = {"on": [], "off": []}
+    deleted = 0
+    with tempfile.TemporaryDirectory(prefix="utxoflow-bench-pipeline-") as d:
+        tmp = Path(d)
+        for i, mode in enumerate(("off", "on", "off", "on")):
+            with database(args.backend) as url:
+                urls = fresh_stores(url, tmp, f"prune-{mode}-{i}")
+                seed(urls, entries)
+                log(f"through {args.workers} workers, pruning {mode} …")
+                env = base | ({"UTXO_DISABLE_DAH_CLEANER": "true"} if mode == "off" else {})
+                runs[mode].append(through_workers(urls, raws, args.workers, tmp, args.redis, env).seconds)
+                if mode == "on":
+                    state = open_state_store(urls["state"])
+                    try:
+                        deleted = max(deleted, sum(j.figures.get("delete", {}).get("deleted", 0)
+                                                   for j in state.prune_jobs(1000)))
+                    finally:
+                        state.close()
+    on, off = min(runs["on"]), min(runs["off"])
+    result = {
+        "bench": "pipeline-prune", "backend": args.backend, "workers": args.workers, "blocks": args.blocks,
+        "txs_per_block": args.txs_per_block, "txs": n, "retention": PRUNE_RETENTION,
+        "prune_on_tx_per_s": round(n / on), "prune_off_tx_per_s": round(n / off),
+        "on_vs_off": round(off / on, 3), "records_pruned_by_wait": deleted,
+        "runs_on_s": [round(x, 2) for x in runs["on"]], "runs_off_s": [round(x, 2) for x in runs["off"]],
+        "target_on_vs_off": 0.9,
+    }
+    print(json.dumps(result))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__.split("\n")[0])
     ap.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
@@ -260,11 +303,15 @@ def main(argv: list[str] | None = None) -> int:
         help="the Redis to run the broker on: the run claims an empty database of it (never the "
         "URL's own, never one holding data) and empties only that one at the end",
     )
+    ap.add_argument("--prune", action="store_true",
+                    help=f"compare pruning on and off instead (retention {PRUNE_RETENTION}, so runs delete)")
     args = ap.parse_args(argv)
     if min(args.workers, args.blocks, args.txs_per_block) <= 0:
         ap.error("--workers, --blocks and --txs-per-block must be positive")
     log(f"generating {args.blocks} blocks of {args.txs_per_block:,} txs …")
     entries, raws, n = generate(args.blocks, args.txs_per_block)
+    if args.prune:
+        return prune_on_off(args, entries, raws, n)
     result: dict[str, Any] = {"bench": "pipeline", "backend": args.backend, "workers": args.workers,
                               "blocks": args.blocks, "txs_per_block": args.txs_per_block, "txs": n}
     with tempfile.TemporaryDirectory(prefix="utxoflow-bench-pipeline-") as d:

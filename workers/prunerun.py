@@ -9,8 +9,9 @@ Invariants:
 - Parents of old unmined transactions are preserved before anything is deleted, and any failure
   there fails the run before a single deletion.
 - Deletion walks the due records with a cursor (delete-at-height, txid), a chunk per write unit
-  (`UtxoStore.prune`, which re-checks each record under lock): a record kept (defensive mode, a
-  blob that would not go) is not met again in the run, and the next run looks at it afresh.
+  (`UtxoStore.prune_next` finds its chunk under its own lock; a shared chunk is a list of txids
+  for `UtxoStore.prune`, which re-checks each record under lock): a record kept (defensive mode,
+  a blob that would not go) is not met again in the run, and the next run looks at it afresh.
 - Chunks run here, or — where the store takes concurrent writers and the pruner is `shared` —
   as units of the state store's chunk board that helper tasks claim too (`work_chunks`). The
   runner claims units itself, so a run never waits on a helper that does not come.
@@ -127,17 +128,24 @@ class PruneRun:
             fig["disabled"] = True
             return
         stable_at = self.height - cfg.retention if cfg.defensive else None
-        after: tuple[int, bytes] | None = None
+        after: Any = None  # the store's cursor
         while True:
-            page = self.p.utxo.due_page(self.height, after, cfg.chunk_size * cfg.chunk_group_limit)
-            if not page:
-                break
-            after = page[-1]
-            size = cfg.chunk_size
-            chunks = [[t for _d, t in page[i : i + size]] for i in range(0, len(page), size)]
-            for r in self._run_chunks(chunks, stable_at):
+            if self.p.shared:  # a group of chunks, listed here, shared with helper tasks
+                page, after = self.p.utxo.due_page(self.height, after, cfg.chunk_size * cfg.chunk_group_limit)
+                if not page:
+                    break
+                size = cfg.chunk_size
+                chunks = [page[i : i + size] for i in range(0, len(page), size)]
+                results = self._run_chunks(chunks, stable_at)
+            else:  # a chunk at a time, each found by its own unit
+                r, after = self.p.utxo.prune_next(self.height, after, cfg.chunk_size, stable_at)
+                if after is None:
+                    break
+                results, chunks = [r], [[]]
+            seen = sum(r.deleted + r.not_due + r.defensive_kept + r.blob_kept for r in results)
+            for r in results:
                 total.add(r)
-            fig.update(seen=fig["seen"] + len(page), chunks=fig["chunks"] + len(chunks), **total.to_json())
+            fig.update(seen=fig["seen"] + seen, chunks=fig["chunks"] + len(chunks), **total.to_json())
             self.renew()
             if cfg.progress_log_interval and time.monotonic() - self._logged >= cfg.progress_log_interval:
                 self._logged = time.monotonic()
@@ -146,7 +154,7 @@ class PruneRun:
         fig["seconds"] = round(time.monotonic() - t, 3)
 
     def _run_chunks(self, chunks: list[list[bytes]], stable_at: int | None) -> list[PruneResult]:
-        if not self.p.shared or len(chunks) < 2:
+        if len(chunks) < 2:
             out = []
             for c in chunks:
                 out.append(self.p.utxo.prune(c, self.height, stable_at))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from chain import Tx
 from stores.errors import StoreError
@@ -148,10 +148,17 @@ class UtxoStore(PagedRecords, Protocol):
     # -- pruning ----------------------------------------------------------------------------
     def query_dah(self, height: int, limit: int = 1000) -> list[bytes]: ...
     def due_page(
-        self, height: int, after: tuple[int, bytes] | None = None, limit: int = 1000
-    ) -> list[tuple[int, bytes]]: ...
+        self, height: int, after: Any = None, limit: int = 1000
+    ) -> tuple[list[bytes], Any]:
+        """Txids due at `height` after the opaque cursor `after`; the cursor to go on from (None:
+        none is left)."""
     def parents_of(self, txids: Sequence[bytes]) -> set[bytes]: ...
     def delete_expired(self, txids: Sequence[bytes], height: int) -> int: ...
+    def prune_next(
+        self, height: int, after: Any, limit: int, stable_at: int | None = None
+    ) -> tuple[PruneResult, Any]:
+        """`prune` of the next `limit` records due after the cursor `after` (found under the
+        unit's own lock); the cursor to go on from, None when none is left."""
     def prune(self, txids: Sequence[bytes], height: int, stable_at: int | None = None) -> PruneResult:
         """Delete those of `txids` due at `height` (their blobs first; a blob that cannot go keeps
         its record), noting each on the parents that stay; `stable_at`: defensive mode, keeping a

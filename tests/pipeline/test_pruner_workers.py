@@ -243,3 +243,38 @@ def test_a_worker_killed_mid_run_leaves_the_job_to_the_next_run(pipeline: Pipeli
     after = stored(pipeline, everything)
     assert after == kept(funds, chain, tip) and after < before  # nothing gone that should stay
     assert pipeline.confirmed() == confirmed_model(chain.txs, outpoints(funds))
+
+
+@pytest.mark.timeout(180)
+def test_utxo_prune_requests_waits_and_lists_and_refuses_bad_usage(pipeline: Pipeline) -> None:
+    r = pipeline.utxo("prune", "--jobs")  # no state store yet: a reader never creates one
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "state store" in r.stderr
+    for args in (["--jobs", "--height", "3"], ["--height", "x"], ["--height", "-1"], ["--jobs", "--wait"]):
+        r = pipeline.utxo("prune", *args)
+        assert r.returncode == 2 and r.stdout == "", args
+        assert len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+    pipeline.env["UTXO_BLOCK_HEIGHT_RETENTION"] = str(RET)
+    funds = funding(10, n_outputs=2)
+    chain = apply_here(pipeline, funds, blocks=15, per_block=10)
+    tip = SNAPSHOT_HEIGHT + 15
+    r = pipeline.utxo("prune")  # at the tip; no worker yet: the job waits in the slot
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout)
+    assert (job["height"], job["status"]) == (tip, "pending")
+    r = pipeline.utxo("prune", "--jobs")
+    status = json.loads(r.stdout)
+    assert status["pending"]["id"] == job["id"]
+    assert status["running"] is None and status["done_height"] is None
+    r = pipeline.utxo("prune", "--height", str(tip - 2), "--wait", "--timeout", "0.5")
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert json.loads(r.stdout)["id"] == job["id"]  # answered by the waiting, higher job
+    pipeline.start_worker("w1")  # takes the run task that waited on the queue
+    r = pipeline.utxo("prune", "--height", str(tip - 2), "--wait", "--timeout", "60", timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr + pipeline.logs()
+    done = json.loads(r.stdout)
+    assert done["status"] == "completed" and done["height"] == tip
+    assert done["figures"]["delete"]["deleted"] > 0
+    everything = [t.txid for t in funds] + [t.txid for txs in chain.txs for t in txs]
+    assert stored(pipeline, everything) == kept(funds, chain, tip)
+    r = pipeline.utxo("prune", "--height", str(tip - 5))  # at or below what was pruned: at once
+    assert r.returncode == 0 and json.loads(r.stdout)["id"] == done["id"]

@@ -140,3 +140,13 @@ def test_the_first_mining_sql_is_the_rule(
     db.execute("INSERT INTO txs VALUES (?, ?, ?, ?, ?)", (int(conflicting), preserve, spent, total, dah_was))
     (got,) = db.execute(f"SELECT {dah.first_mining_sql(height, retention)} FROM txs").fetchone()
     assert got == rec.delete_at_height
+
+
+def test_a_child_is_listed_once_and_only_a_whole_entry_counts_as_listed() -> None:
+    rec = Record(b"\x01" * 32, bytearray(), 1, 1)
+    a, b = bytes(range(32)), bytes(range(32, 64))
+    assert rec.add_child("deleted_children", a) and rec.add_child("deleted_children", b)
+    assert not rec.add_child("deleted_children", a) and not rec.add_child("deleted_children", b)
+    across = a[16:] + b[:16]  # bytes of the list that straddle two entries: not an entry
+    assert rec.add_child("deleted_children", across)
+    assert rec.children("deleted_children") == [a, b, across]

@@ -148,9 +148,13 @@ class Record:
 
     def add_child(self, which: str, txid: bytes) -> bool:
         """Add `txid` to `conflicting_children` or `deleted_children` once; False if there."""
-        if txid in self.children(which):
+        blob: bytes = getattr(self, which)
+        at = blob.find(txid)
+        while at > 0 and at % 32:  # (a match across two entries is not one)
+            at = blob.find(txid, at + 1)
+        if at != -1:
             return False
-        setattr(self, which, getattr(self, which) + txid)
+        setattr(self, which, blob + txid)
         self.touch(which)
         return True
 

@@ -40,31 +40,44 @@ from stores.utxo.sql.state import StateMixin
 
 log = logging.getLogger("utxoflow.store")
 
-# What defensive mode reads of a spender: enough for `Record.mined` and its block list.
+Cursor = tuple[int, int]  # (delete-at-height, id) of the last record a page or unit looked at
+# due at a height, after a cursor, in cursor order (the `txs_dah_id` index: no sort), a page
+_DUE_AFTER = (
+    "delete_at_height IS NOT NULL AND delete_at_height <= ? "
+    "AND (delete_at_height > ? OR (delete_at_height = ? AND id > ?)) ORDER BY delete_at_height, id LIMIT ?"
+)
+
+
+def _after(cursor: Cursor | None) -> tuple[int, int, int]:
+    dah, rid = cursor if cursor is not None else (-1, -1)
+    return dah, dah, rid
+
+# What a prune reads of a record it may delete, of a parent that stays (it learns of the deleted
+# child), and, in defensive mode, of a spender (enough for `Record.mined` and its block list).
+_DUE = codec.Projection((
+    "id", "txid", "delete_at_height", "external", "creating", "total_extra_recs", "unmined_since",
+    "blocks", "inpoints", "deleted_children",
+))  # fmt: skip
+_DEFENSIVE = codec.Projection((*_DUE.cols, "utxos"))
+_PARENT = codec.Projection(("id", "txid", "total_extra_recs", "deleted_children"))
 _SPENDER = codec.Projection(("id", "txid", "unmined_since", "blocks", "total_extra_recs"))
 
 
 class PruneMixin(StateMixin):
     def due_page(
-        self, height: int, after: tuple[int, bytes] | None = None, limit: int = 1000
-    ) -> list[tuple[int, bytes]]:
-        """(delete-at-height, txid) of records due at `height`, in that order, after `after`:
-        a run pages through them with a cursor, so records it keeps are not met again."""
+        self, height: int, after: Cursor | None = None, limit: int = 1000
+    ) -> tuple[list[bytes], Cursor | None]:
+        """Txids of records due at `height`, in delete-at-height order, after the cursor `after`;
+        and the cursor to go on from (None: none is left). A run pages through them, so records
+        it keeps are not met again."""
         validate.height("height", height)
         validate.number("limit", limit)
-        dah0, txid0 = after if after is not None else (-1, b"")
 
-        def q(cur: Any) -> list[tuple[int, bytes]]:
-            cur.execute(
-                self.db.q(
-                    "SELECT delete_at_height, txid FROM txs WHERE delete_at_height IS NOT NULL "
-                    "AND delete_at_height <= ? "
-                    "AND (delete_at_height > ? OR (delete_at_height = ? AND txid > ?)) "
-                    "ORDER BY delete_at_height, txid LIMIT ?"
-                ),
-                (height, dah0, dah0, txid0, limit),
-            )
-            return [(int(d), bytes(t)) for d, t in cur.fetchall()]
+        def q(cur: Any) -> tuple[list[bytes], Cursor | None]:
+            cur.execute(self.db.q(f"SELECT txid, delete_at_height, id FROM txs WHERE {_DUE_AFTER}"),
+                        (height, *_after(after), limit))
+            rows = cur.fetchall()
+            return [bytes(r[0]) for r in rows], ((int(rows[-1][1]), int(rows[-1][2])) if rows else None)
 
         return self.db.read("due_page", q)
 
@@ -98,12 +111,50 @@ class PruneMixin(StateMixin):
             return PruneResult()
         return self.db.write("prune", lambda cur: self._prune_unit(cur, txids, height, stable_at))
 
+    def prune_next(
+        self, height: int, after: Cursor | None, limit: int, stable_at: int | None = None
+    ) -> tuple[PruneResult, Cursor | None]:
+        """`prune` of the next `limit` records due at `height` after the cursor `after`, found by
+        the unit itself under its lock (one read fewer than `due_page` then `prune`); the result
+        and the cursor to go on from (None: none is left)."""
+        validate.height("height", height)
+        validate.number("limit", limit)
+        if stable_at is not None:
+            validate.height("stable_at", stable_at)
+        proj = _DEFENSIVE if stable_at is not None else _DUE
+
+        def unit(cur: Any) -> tuple[PruneResult, Cursor | None]:
+            cur.execute(
+                self.db.q(f"SELECT {proj.select} FROM txs WHERE {_DUE_AFTER}{self.db.for_update}"),
+                (height, *_after(after), limit),
+            )
+            recs = {rec.txid: rec for rec in map(proj.decode, cur.fetchall())}
+            if not recs:
+                return PruneResult(), None
+            last = next(reversed(recs.values()))
+            assert last.delete_at_height is not None
+            result = self._prune_loaded(cur, recs, list(recs), height, stable_at)
+            return result, (last.delete_at_height, last.id)
+
+        return self.db.write("prune", unit)
+
     def _prune_unit(
         self, cur: Any, txids: Sequence[bytes], height: int, stable_at: int | None
     ) -> PruneResult:
-        out = PruneResult()
         wanted = sorted(set(txids))
-        recs = self._records(cur, self._with_parents(cur, wanted))
+        # the records (with their slots only when defensive mode reads their spenders)
+        recs = self._records(cur, wanted, proj=_DEFENSIVE if stable_at is not None else _DUE)
+        return self._prune_loaded(cur, recs, wanted, height, stable_at)
+
+    def _prune_loaded(
+        self, cur: Any, recs: dict[bytes, Record], wanted: list[bytes], height: int, stable_at: int | None
+    ) -> PruneResult:
+        """The unit's work once the records asked for are loaded and locked."""
+        out = PruneResult()
+        # the parents that may stay (they learn of the deleted children): locked too
+        parents = {p for rec in recs.values() for p, _v in rec.inpoint_list()} - recs.keys()
+        if parents:
+            recs.update(self._records(cur, parents, proj=_PARENT))
         due = [recs[t] for t in wanted if t in recs and dah.is_due(recs[t], height)]
         out.not_due = len(wanted) - len(due)
         if stable_at is not None and due:

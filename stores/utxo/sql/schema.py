@@ -98,7 +98,9 @@ CREATE TABLE IF NOT EXISTS tx_locks (
 """
 
 INDEXES = [
-    "CREATE INDEX IF NOT EXISTS txs_dah ON txs (delete_at_height) WHERE delete_at_height IS NOT NULL",
+    # (delete-at-height, id): the order the pruner walks due records in, with no sort
+    "DROP INDEX IF EXISTS txs_dah",
+    "CREATE INDEX IF NOT EXISTS txs_dah_id ON txs (delete_at_height, id) WHERE delete_at_height IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS txs_unmined ON txs (unmined_since) WHERE unmined_since IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS txs_preserve ON txs (preserve_until) WHERE preserve_until IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS txs_creating ON txs (txid) WHERE creating = 1",

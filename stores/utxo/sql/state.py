@@ -219,9 +219,11 @@ class StateMixin(PagedMixin):
 
     def _delete(self, cur: Any, gone: Sequence[Record]) -> None:
         if gone:
-            keys = [(r.txid,) for r in gone]
-            cur.executemany(self.db.q("DELETE FROM tx_pages WHERE txid = ?"), keys)
-            cur.executemany(self.db.q("DELETE FROM tx_creations WHERE txid = ?"), keys)
+            # only a multi-record tx has pages, and only an unfinished creation a creation note
+            keys = [(r.txid,) for r in gone if r.total_extra_recs or r.creating]
+            if keys:
+                cur.executemany(self.db.q("DELETE FROM tx_pages WHERE txid = ?"), keys)
+                cur.executemany(self.db.q("DELETE FROM tx_creations WHERE txid = ?"), keys)
             cur.executemany(self.db.q("DELETE FROM txs WHERE id = ?"), [(r.id,) for r in gone])
 
     def _delete_blobs(self, gone: Sequence[Record]) -> None:

@@ -1,0 +1,187 @@
+"""Pruning throughput: a pruner run deleting N fully spent records, against a plain DELETE of the
+same rows in the same run.
+
+    python -m bench.prune [--backend sqlite|postgresql] [--records N] [--per-block T]
+
+The store is filled through its own API (create, spend, mine per block): block k's transactions
+each spend the one output of their twin in block k-1 (so every block but the last ends all
+spent), and one in eight also spends the first output of a 2-output "payment and change"
+transaction whose second output is never spent: a parent that stays, and is told of each child
+deleted (a row update per such child, as in a real chain). Then, in the same
+database, the rows of `txs` are copied into a twin table with the same indexes and deleted with
+one `DELETE … WHERE delete_at_height <= H` (the limit); the twin is dropped, and one pruner job
+at the tip (`Pruner.drive`, chunks in this process) deletes the due records of the store.
+The last line of stdout is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from chain import Tx, TxIn
+from chain.build import build_tx, p2pkh, spend_input
+from stores.blob import open_blob_store
+from stores.state import BlockStatus, open_state_store
+from stores.utxo import BlockInfo, UtxoStore, open_utxo_store
+from workers.pruner import Pruner, PrunerConfig
+
+PG_ADMIN = os.environ.get("UTXOFLOW_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
+RETENTION = 10
+TARGET = 0.25
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def script(n: int) -> bytes:
+    return p2pkh(n.to_bytes(20, "big"))
+
+
+def fill(store: UtxoStore, records: int, per_block: int) -> int:
+    """Fill the store (see the module); the height of its last block."""
+    blocks = -(-records // per_block) + 1  # the last block stays: nothing spends it
+    n_banks = -(-per_block * blocks // 8) + 1
+    seeds = [
+        build_tx([TxIn((7 << 200 | i).to_bytes(32, "big"), 0, b"\x51", 0xFFFFFFFF)],
+                 [(10**8, script(i)) for _ in range(100)])
+        for i in range(-(-per_block // 100))
+    ]
+    banks = [
+        build_tx([TxIn((9 << 200 | i).to_bytes(32, "big"), 0, b"\x51", 0xFFFFFFFF)],
+                 [(10**6, script(i)), (10**6, script(i))])
+        for i in range(n_banks)
+    ]
+    store.set_block_height(1)
+    for r in store.create_many([*seeds, *banks], 1, [BlockInfo(1, 1, 0)]):
+        assert not isinstance(r, Exception), r
+    prev = [(seeds[j // 100], j % 100) for j in range(per_block)]
+    bank_outs = ((b, 0) for b in banks)  # output 1 is never spent: the parent stays
+    tag = 10**9
+    t0 = time.monotonic()
+    for k in range(blocks):
+        h = 2 + k
+        txs: list[Tx] = []
+        for j in range(per_block):
+            ins = [spend_input(*prev[j])]
+            value = prev[j][0].outputs[prev[j][1]].satoshis
+            if j % 8 == 0:
+                b = next(bank_outs)
+                ins.append(spend_input(*b))
+                value += b[0].outputs[b[1]].satoshis
+            tag += 1
+            txs.append(build_tx(ins, [(value - 200, script(tag))]))
+        store.set_block_height(h)
+        for r in store.create_many(txs, h, [BlockInfo(h, h, 0)]):
+            assert not isinstance(r, Exception), r
+        store.spend_many(txs, h)
+        prev = [(t, 0) for t in txs]
+        if (k + 1) % 20 == 0:
+            log(f"filled {k + 1}/{blocks} blocks ({(k + 1) * per_block / (time.monotonic() - t0):,.0f} tx/s)")
+    return 1 + blocks
+
+
+@contextmanager
+def database(backend: str, tmp: str) -> Iterator[str]:
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp}/utxo.db"
+        return
+    import psycopg
+
+    name = f"utxoflow_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def limit(store: Any, height: int) -> tuple[int, float]:
+    """Rows deleted and seconds of the plain DELETE on a twin of `txs` (same rows and indexes)."""
+    db = store.db
+    twin = "txs_limit"
+
+    def copy(cur: Any) -> None:
+        cur.execute(f"CREATE TABLE {twin} AS SELECT * FROM txs")
+        cur.execute(f"CREATE UNIQUE INDEX {twin}_txid ON {twin} (txid)")
+        for col in ("delete_at_height", "unmined_since", "preserve_until"):
+            cur.execute(f"CREATE INDEX {twin}_{col} ON {twin} ({col}) WHERE {col} IS NOT NULL")
+
+    db.write("copy the twin", copy)
+    t = time.perf_counter()
+
+    def delete(cur: Any) -> int:
+        cur.execute(db.q(f"DELETE FROM {twin} WHERE delete_at_height IS NOT NULL AND delete_at_height <= ?"),
+                    (height,))
+        return int(cur.rowcount)
+
+    n = db.write("plain delete", delete)
+    seconds = time.perf_counter() - t
+    db.write("drop the twin", lambda cur: cur.execute(f"DROP TABLE {twin}"))
+    return n, seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
+    ap.add_argument("--records", type=int, default=1_000_000, help="fully spent records to prune")
+    ap.add_argument("--per-block", type=int, default=5000)
+    ap.add_argument("--chunk-size", type=int, default=1000, help="UTXO_PRUNER_CHUNK_SIZE")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, database(args.backend, tmp) as url:
+        store = open_utxo_store(url, retention=RETENTION, blob_url=f"file://{tmp}/blobs")
+        t = time.monotonic()
+        last = fill(store, args.records, args.per_block)
+        fill_s = time.monotonic() - t
+        tip = last + RETENTION
+        due = len(store.due_page(tip, None, 10**9)[0])
+        log(f"filled in {fill_s:.1f} s: {due:,} records due at {tip}")
+        n_limit, limit_s = limit(store, tip)
+        assert n_limit == due, (n_limit, due)
+        state_url = url if args.backend == "postgresql" else f"sqlite:///{tmp}/state.db"
+        state = open_state_store(state_url)
+        h = b"\x01" * 32
+        state.add_block(h, b"\x00" * 32, tip, 1, BlockStatus.APPLIED, 1)
+        state.set_tip(h)
+        pruner = Pruner(store, state, open_blob_store(f"file://{tmp}/blobs"),
+                        PrunerConfig(RETENTION, RETENTION // 2, 14400, progress_log_interval=10.0,
+                                     chunk_size=args.chunk_size))
+        pruner.request(tip)
+        t = time.perf_counter()
+        (job,) = pruner.drive()
+        prune_s = time.perf_counter() - t
+        assert job.status == "completed", job
+        deleted = job.figures["delete"]["deleted"]
+        assert deleted == due and not store.due_page(tip, None, 1)[0], job.figures
+        store.close()
+        state.close()
+    rate, limit_rate = deleted / prune_s, n_limit / limit_s
+    print(json.dumps({
+        "bench": "prune", "backend": args.backend, "records": deleted, "per_block": args.per_block,
+        "chunk_size": args.chunk_size,
+        "records_per_s": round(rate), "limit_records_per_s": round(limit_rate),
+        "ratio": round(rate / limit_rate, 3), "target_ratio": TARGET, "seconds": round(prune_s, 2),
+        "limit_seconds": round(limit_s, 2), "fill_seconds": round(fill_s, 1),
+        "delete_seconds": job.figures["delete"]["seconds"], "peak_rss_mb": round(peak_rss_mb(), 1),
+        "target_peak_rss_mb": 512,
+    }))
+
+
+if __name__ == "__main__":
+    main()
