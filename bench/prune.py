@@ -6,8 +6,8 @@ same rows in the same run.
 The store is filled through its own API (create, spend, mine per block): block k's transactions
 each spend the one output of their twin in block k-1 (so every block but the last ends all
 spent), and one in eight also spends the first output of a 2-output "payment and change"
-transaction whose second output is never spent: a parent that stays, and is told of each child
-deleted (a row update per such child, as in a real chain). Then, in the same
+transaction (made in the block before) whose second output is never spent: a parent that
+stays, and is told of each child deleted (a row update per such child, as in a real chain). Then, in the same
 database, the rows of `txs` are copied into a twin table with the same indexes and deleted with
 one `DELETE … WHERE delete_at_height <= H` (the limit); the twin is dropped, and one pruner job
 at the tip (`Pruner.drive`, chunks in this process) deletes the due records of the store.
@@ -53,25 +53,28 @@ def script(n: int) -> bytes:
 
 
 def fill(store: UtxoStore, records: int, per_block: int) -> int:
-    """Fill the store (see the module); the height of its last block."""
+    """Fill the store (see the module); the height of its last block. Each block also makes the
+    payment-and-change parents the next block spends from (they keep their second output, so
+    they stay), which keeps this process small however many records are asked for."""
     blocks = -(-records // per_block) + 1  # the last block stays: nothing spends it
-    n_banks = -(-per_block * blocks // 8) + 1
     seeds = [
         build_tx([TxIn((7 << 200 | i).to_bytes(32, "big"), 0, b"\x51", 0xFFFFFFFF)],
                  [(10**8, script(i)) for _ in range(100)])
         for i in range(-(-per_block // 100))
     ]
-    banks = [
-        build_tx([TxIn((9 << 200 | i).to_bytes(32, "big"), 0, b"\x51", 0xFFFFFFFF)],
-                 [(10**6, script(i)), (10**6, script(i))])
-        for i in range(n_banks)
-    ]
+    tag = 10**9
+
+    def banks(n: int) -> list[Tx]:
+        nonlocal tag
+        tag += n
+        return [build_tx([TxIn((9 << 200 | tag + i).to_bytes(32, "big"), 0, b"\x51", 0xFFFFFFFF)],
+                         [(10**6, script(tag + i)), (10**6, script(tag + i))]) for i in range(n)]
+
     store.set_block_height(1)
-    for r in store.create_many([*seeds, *banks], 1, [BlockInfo(1, 1, 0)]):
+    bank = banks(-(-per_block // 8))
+    for r in store.create_many([*seeds, *bank], 1, [BlockInfo(1, 1, 0)]):
         assert not isinstance(r, Exception), r
     prev = [(seeds[j // 100], j % 100) for j in range(per_block)]
-    bank_outs = ((b, 0) for b in banks)  # output 1 is never spent: the parent stays
-    tag = 10**9
     t0 = time.monotonic()
     for k in range(blocks):
         h = 2 + k
@@ -80,13 +83,14 @@ def fill(store: UtxoStore, records: int, per_block: int) -> int:
             ins = [spend_input(*prev[j])]
             value = prev[j][0].outputs[prev[j][1]].satoshis
             if j % 8 == 0:
-                b = next(bank_outs)
-                ins.append(spend_input(*b))
-                value += b[0].outputs[b[1]].satoshis
+                b = bank[j // 8]
+                ins.append(spend_input(b, 0))
+                value += b.outputs[0].satoshis
             tag += 1
             txs.append(build_tx(ins, [(value - 200, script(tag))]))
+        bank = banks(-(-per_block // 8))
         store.set_block_height(h)
-        for r in store.create_many(txs, h, [BlockInfo(h, h, 0)]):
+        for r in store.create_many([*bank, *txs], h, [BlockInfo(h, h, 0)]):
             assert not isinstance(r, Exception), r
         store.spend_many(txs, h)
         prev = [(t, 0) for t in txs]

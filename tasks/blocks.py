@@ -50,7 +50,10 @@ def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
         if e.block_hash != h:  # another block of the chain: the chain waits for its bytes
             log.error("block %s: %s (will retry)", block_hash, e)
             raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
-        known = svc.state.get_block(h)
+        try:
+            known = svc.state.get_block(h)
+        except StorageError:  # the state store is down: try again later
+            raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
         if known is not None and known.status in SETTLED:  # its body was pruned: nothing to do
             svc.registry.done(ident)
             return known.to_json()

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from stores.blob.protocol import BlobStore
-from stores.errors import StorageError
 from stores.lease import holder_id
 from stores.state import StateStore
 from stores.state.prunejobs import CANCELLED, COMPLETED, FAILED, PruneJob, Requested
@@ -98,7 +97,7 @@ class Pruner:
         self._last_request = height
         try:
             self.request(height)
-        except StorageError as e:  # the next block asks again; pruning is never urgent
+        except Exception as e:  # the block is applied: the next one asks again; pruning can wait
             log.warning("could not request a prune run at height %d: %s", height, e)
 
     def request(self, height: int) -> Requested:

@@ -3,9 +3,9 @@ what is due, and the block bodies below the retention.
 
 Invariants:
 - Nothing is deleted while the chain is being reorganised (a disconnection or a rebase is
-  noted), while the tip is below the run's height, or while the chain's start is unknown (a
-  block arriving below the base would take every applied block back, and needs their
-  records): the job says why it skipped.
+  noted: looked at when the run starts and at each lease renewal), while the tip is below the
+  run's height, or while the chain's start is unknown (a block arriving below the base would
+  take every applied block back, and needs their records): the job says why it skipped.
 - Parents of old unmined transactions are preserved before anything is deleted, and any failure
   there fails the run before a single deletion.
 - Deletion walks the due records with a cursor (delete-at-height, txid), a chunk per write unit
@@ -16,8 +16,10 @@ Invariants:
   as units of the state store's chunk board that helper tasks claim too (`work_chunks`). The
   runner claims units itself, so a run never waits on a helper that does not come.
 - Block bodies go for blocks settled (applied, side, invalid) at or below height − retention,
-  in height order; the highest height done is kept in state meta, so each body is removed
-  once. A body that cannot be removed stops that phase for this run (the next one goes on).
+  in height order; the height below which every body is gone is kept in state meta, so each
+  body is removed once. A body that cannot be removed stops that phase for this run; the next
+  one goes on from its height. (A block still pending when its height passed the retention —
+  a side branch never settled — keeps its body.)
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ class PruneRun:
 
     # -- the lease ----------------------------------------------------------------------------
     def renew(self, force: bool = False) -> None:
+        """Between chunks: stop past the job timeout; every quarter of the lease, renew it and
+        look again for a reorg begun since the run started (it stops the run: skipped)."""
         now = time.monotonic()
         if now - self.t0 >= self.p.config.job_timeout:
             raise LeaseLost(f"past the job timeout ({self.p.config.job_timeout:g} s)")
@@ -80,14 +84,18 @@ class PruneRun:
             if not self.p.state.prune_renew(self.job.id, self.holder, self.p.config.lease_s, self.figures):
                 raise LeaseLost("another worker failed this job (its lease had lapsed)")
             self._renewed = now
+            self._reorg()
+
+    def _reorg(self) -> None:
+        for mark, what in ((DISCONNECTING, "a block is being disconnected (a reorg)"),
+                           (REBASE, "the chain is being rebased")):
+            if self.p.state.get_meta(mark) is not None:
+                raise Skip(what)
 
     # -- 1. may it run? -------------------------------------------------------------------------
     def check(self) -> None:
         state = self.p.state
-        for mark, what in ((DISCONNECTING, "a block is being disconnected (a reorg)"),
-                           (REBASE, "the chain is being rebased")):
-            if state.get_meta(mark) is not None:
-                raise Skip(what)
+        self._reorg()
         tip = state.tip()
         if tip is None or tip.height is None or tip.height < self.height:
             at = "nothing" if tip is None else f"height {tip.height}"
@@ -194,21 +202,28 @@ class PruneRun:
     # -- 4. block bodies below the retention ----------------------------------------------------
     def bodies(self) -> None:
         state = self.p.state
+        if not self.p.config.dah_cleaner:
+            self.figures["bodies"] = {"disabled": True}
+            return
         upto = self.height - self.p.config.retention
         done = state.get_meta(BODIES_DONE)
         above = -1 if done is None else int(done)
-        removed, error = 0, None
+        removed, error, last = 0, None, above
         if upto > above:
-            last = above
+            blocks = state.blocks_settled_between(above, upto)
             try:
-                for h in state.blocks_settled_between(above, upto):
+                for h, height in blocks:
+                    if height - 1 > last:  # every body below `height` is gone
+                        last = height - 1
                     self.p.blobs.delete(blob_key(h, "block"))
                     removed += 1
+                    if removed % 100 == 0:
+                        self.renew()
                 last = upto
-            except StorageError as e:  # the next run goes on from where this one stopped
+            except StorageError as e:  # the next run goes on from the height that failed
                 error = str(e)
                 log.warning("prune job %d: block bodies stop here: %s", self.job.id, e)
-            if last != above and error is None:
+            if last > above:
                 state.set_meta(BODIES_DONE, str(last))
         self.figures["bodies"] = {"removed": removed, **({"error": error} if error else {})}
 

@@ -269,18 +269,26 @@ class PruneJobs:
 
         return self.db.read("list prune jobs", q)
 
+    def prune_open_jobs(self) -> tuple[PruneJob | None, PruneJob | None]:
+        """(the running job, the pending job), each None when there is none."""
+
+        def q(cur: Any) -> tuple[PruneJob | None, PruneJob | None]:
+            return self._one(cur, "status = ?", (RUNNING,)), self._one(cur, "status = ?", (PENDING,))
+
+        return self.db.read("open prune jobs", q)
+
     def prune_job(self, job_id: int) -> PruneJob | None:
         return self.db.read("read a prune job", lambda cur: self._one(cur, "id = ?", (job_id,)))
 
-    def blocks_settled_between(self, above: int, upto: int) -> list[bytes]:
+    def blocks_settled_between(self, above: int, upto: int) -> list[tuple[bytes, int]]:
         """Blocks at heights in (above, upto] that no longer wait to be applied (applied, side,
         invalid): whose bodies the pruner may remove once below the retention."""
 
-        def q(cur: Any) -> list[bytes]:
-            sql = ("SELECT hash FROM blocks WHERE height > ? AND height <= ? "
+        def q(cur: Any) -> list[tuple[bytes, int]]:
+            sql = ("SELECT hash, height FROM blocks WHERE height > ? AND height <= ? "
                    "AND status IN ('applied', 'side', 'invalid') ORDER BY height")
             cur.execute(self.db.q(sql), (above, upto))
-            return [bytes(r[0]) for r in cur.fetchall()]
+            return [(bytes(r[0]), int(r[1])) for r in cur.fetchall()]
 
         return self.db.read("settled blocks", q)
 

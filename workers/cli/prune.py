@@ -71,32 +71,34 @@ def _request(obj: Context, state: Any, height: int) -> PruneJob:
 
 
 def _wait(state: Any, job: PruneJob, height: int, timeout: float) -> tuple[PruneJob, bool]:
-    """Follow the job (and whichever job replaced it) until a completed run covers `height`."""
+    """Follow the job — and whichever job takes its height on: the one that replaced it, or the
+    retry of a run that failed — until a completed run covers `height`."""
     deadline = time.monotonic() + timeout
     while True:
         done = state.prune_done_height()
         if done is not None and done >= height:
-            jobs = state.prune_jobs(50)
+            jobs = state.prune_jobs(1000)
             covering = next((j for j in jobs if j.status == COMPLETED and j.height >= height), job)
             return covering, True
         now = state.prune_job(job.id) or job
-        if now.status not in (PENDING, RUNNING) and not (now.error or "").startswith("replaced by"):
-            return now, False  # failed, or skipped: says why
-        if now.status not in (PENDING, RUNNING):  # replaced: the slot's job covers it now
-            job = next((j for j in state.prune_jobs(50) if j.status in (PENDING, RUNNING)), now)
-        else:
+        if now.status in (PENDING, RUNNING):
             job = now
+        else:  # replaced, failed or skipped: a waiting or running job at the height goes on
+            running, pending = state.prune_open_jobs()
+            nxt = next((j for j in (running, pending) if j is not None and j.height >= height), None)
+            if nxt is None and not (now.error or "").startswith("replaced by"):
+                return now, False  # failed or skipped, and nothing goes on: it says why
+            job = nxt or now
         if time.monotonic() >= deadline:
             return job, False
         time.sleep(POLL_S)
 
 
 def _status(state: Any, limit: int) -> dict[str, Any]:
-    jobs = state.prune_jobs(limit)
-    open_ = {j.status: j for j in state.prune_jobs(50) if j.status in (PENDING, RUNNING)}
+    running, pending = state.prune_open_jobs()
     return {
         "done_height": state.prune_done_height(),
-        "running": open_[RUNNING].to_json() if RUNNING in open_ else None,
-        "pending": open_[PENDING].to_json() if PENDING in open_ else None,
-        "jobs": [j.to_json() for j in jobs],
+        "running": None if running is None else running.to_json(),
+        "pending": None if pending is None else pending.to_json(),
+        "jobs": [j.to_json() for j in state.prune_jobs(limit)],
     }
