@@ -33,6 +33,7 @@ from chain.build import build_tx, p2pkh, spend_input
 from stores.blob import open_blob_store
 from stores.state import BlockStatus, open_state_store
 from stores.utxo import BlockInfo, UtxoStore, open_utxo_store
+from stores.utxo.sql import schema
 from workers.pruner import Pruner, PrunerConfig
 
 PG_ADMIN = os.environ.get("UTXOFLOW_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -123,11 +124,14 @@ def limit(store: Any, height: int, chunk: int) -> tuple[int, float, float]:
     db = store.db
     twin = "txs_limit"
 
-    def copy(cur: Any) -> None:
-        cur.execute(f"CREATE TABLE {twin} AS SELECT * FROM txs")
-        cur.execute(f"CREATE UNIQUE INDEX {twin}_txid ON {twin} (txid)")
-        for col in ("delete_at_height", "unmined_since", "preserve_until"):
-            cur.execute(f"CREATE INDEX {twin}_{col} ON {twin} ({col}) WHERE {col} IS NOT NULL")
+    def copy(cur: Any) -> None:  # the table's own DDL and indexes, under another name
+        table = schema.TXS.format(blob=db.blob, bigint=db.bigint, opts="")
+        cur.execute(table.replace(" txs (", f" {twin} (", 1))
+        cur.execute(f"INSERT INTO {twin} SELECT * FROM txs")
+        for stmt in schema.INDEXES:
+            if stmt.startswith("CREATE INDEX"):
+                stmt = stmt.replace(" ON txs ", f" ON {twin} ")
+                cur.execute(stmt.replace("EXISTS txs_", f"EXISTS {twin}_"))
 
     def delete(cur: Any) -> int:
         cur.execute(db.q(f"DELETE FROM {twin} WHERE delete_at_height IS NOT NULL AND delete_at_height <= ?"),
