@@ -18,16 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
-import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
+from bench.store import database, log, peak_rss_mb
 from chain import Tx, TxIn
 from chain.build import build_tx, p2pkh, spend_input
 from stores.blob import open_blob_store
@@ -36,17 +31,8 @@ from stores.utxo import BlockInfo, UtxoStore, open_utxo_store
 from stores.utxo.sql import schema
 from workers.pruner import Pruner, PrunerConfig
 
-PG_ADMIN = os.environ.get("UTXOFLOW_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 RETENTION = 10
 TARGET = 0.25
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def script(n: int) -> bytes:
@@ -100,23 +86,6 @@ def fill(store: UtxoStore, records: int, per_block: int) -> int:
     return 1 + blocks
 
 
-@contextmanager
-def database(backend: str, tmp: str) -> Iterator[str]:
-    if backend == "sqlite":
-        yield f"sqlite:///{tmp}/utxo.db"
-        return
-    import psycopg
-
-    name = f"utxoflow_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def limit(store: Any, height: int, chunk: int) -> tuple[int, float, float]:
     """Rows deleted and seconds of the plain DELETE on a twin of `txs` (same rows and indexes):
     one statement in one transaction (the limit), and, on a second twin, by id in transactions of
@@ -164,7 +133,7 @@ def main() -> None:
     ap.add_argument("--per-block", type=int, default=5000)
     ap.add_argument("--chunk-size", type=int, default=1000, help="UTXO_PRUNER_CHUNK_SIZE")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, database(args.backend, tmp) as url:
+    with tempfile.TemporaryDirectory() as tmp, database(args.backend) as url:
         store = open_utxo_store(url, retention=RETENTION, blob_url=f"file://{tmp}/blobs")
         t = time.monotonic()
         last = fill(store, args.records, args.per_block)

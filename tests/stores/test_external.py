@@ -9,7 +9,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from chain import parse_tx
+from chain import Tx, parse_tx
 from chain.build import build_tx, spend_input
 from stores.blob.protocol import blob_key
 from stores.utxo import BlockInfo, SpendStatus, StorageError, TxNotFound, UtxoStore, open_utxo_store
@@ -167,6 +167,17 @@ def test_a_record_pruned_while_a_listing_runs_is_skipped(store_url: str, tmp_pat
     store.close()
 
 
+def spent_external(store: UtxoStore) -> tuple[Tx, int]:
+    """An external tx, mined and all spent in the next block: due at its delete-at-height."""
+    store.set_block_height(100)
+    tx = funding(1)
+    created(store, tx, height=100, mined=True)
+    store.spend(child((tx, 0)), 101)
+    dah = store.get(tx.txid, ["delete_at_height"]).delete_at_height
+    assert dah is not None
+    return tx, dah
+
+
 def test_a_blob_that_cannot_be_removed_keeps_its_record_for_the_next_run(
     store_url: str, s3_endpoint: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -175,12 +186,7 @@ def test_a_blob_that_cannot_be_removed_keeps_its_record_for_the_next_run(
     s3.create_bucket(Bucket=bucket)
     url = f"s3://{bucket}/x?endpoint_url={s3_endpoint}&region=us-east-1"
     store = open_utxo_store(store_url, blob_url=url, externalize_all=True)
-    store.set_block_height(100)
-    tx = funding(1)
-    created(store, tx, height=100, mined=True)
-    store.spend(child((tx, 0)), 101)
-    dah = store.get(tx.txid, ["delete_at_height"]).delete_at_height
-    assert dah is not None
+    tx, dah = spent_external(store)
     keys = [obj["Key"] for obj in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
     assert keys  # the tx's blob
     saved = {k: s3.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
@@ -207,12 +213,7 @@ def test_a_record_whose_blob_is_already_gone_is_pruned(store_url: str, tmp_path:
     """A crash between a blob's removal and its record's leaves a due record naming a missing
     blob: the next run deletes it."""
     store = open_utxo_store(store_url, blob_url=f"file://{tmp_path}/blobs", externalize_all=True)
-    store.set_block_height(100)
-    tx = funding(1)
-    created(store, tx, height=100, mined=True)
-    store.spend(child((tx, 0)), 101)
-    dah = store.get(tx.txid, ["delete_at_height"]).delete_at_height
-    assert dah is not None
+    tx, dah = spent_external(store)
     store.external.blobs.delete(blob_key(tx.txid, "tx"))  # type: ignore[attr-defined]
     r = store.prune([tx.txid], dah)
     assert (r.deleted, r.blob_kept, r.blobs_deleted) == (1, 0, 1)
