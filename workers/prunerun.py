@@ -8,13 +8,17 @@ Invariants:
   take every applied block back, and needs their records): the job says why it skipped.
 - Parents of old unmined transactions are preserved before anything is deleted, and any failure
   there fails the run before a single deletion.
-- Deletion walks the due records with a cursor (delete-at-height, txid), a chunk per write unit
-  (`UtxoStore.prune_next` finds its chunk under its own lock; a shared chunk is a list of txids
-  for `UtxoStore.prune`, which re-checks each record under lock): a record kept (defensive mode,
-  a blob that would not go) is not met again in the run, and the next run looks at it afresh.
-- Chunks run here, or — where the store takes concurrent writers and the pruner is `shared` —
-  as units of the state store's chunk board that helper tasks claim too (`work_chunks`). The
-  runner claims units itself, so a run never waits on a helper that does not come.
+- Deletion walks the due records with a cursor (delete-at-height, id) in groups of
+  `chunk_group_limit` chunks: a record kept (defensive mode, a blob that would not go) is not
+  met again in the run, and the next run looks at it afresh.
+- Where the store takes concurrent writers and the pruner is `shared`, a group's chunks are
+  units of the state store's chunk board that helper tasks claim too (`work_chunks`; each chunk
+  a list of txids for `UtxoStore.prune`, which re-checks each record under lock). The runner
+  claims units itself, so a run never waits on a helper that does not come.
+- Otherwise (SQLite: one writer at a time) the whole group is one write unit, which finds its
+  records under its own lock (`UtxoStore.prune_next`). Fewer, larger commits are what make
+  deleting faster there: records go in DAH order, which scatters them over the txid index, and
+  each commit writes every index page its unit touched (see `bench.prune`).
 - Block bodies go for blocks settled (applied, side, invalid) at or below height − retention,
   in height order; the height below which every body is gone is kept in state meta, so each
   body is removed once. A body that cannot be removed stops that phase for this run; the next
@@ -137,16 +141,17 @@ class PruneRun:
             return
         stable_at = self.height - cfg.retention if cfg.defensive else None
         after: Any = None  # the store's cursor
+        group = cfg.chunk_size * cfg.chunk_group_limit
         while True:
             if self.p.shared:  # a group of chunks, listed here, shared with helper tasks
-                page, after = self.p.utxo.due_page(self.height, after, cfg.chunk_size * cfg.chunk_group_limit)
+                page, after = self.p.utxo.due_page(self.height, after, group)
                 if not page:
                     break
                 size = cfg.chunk_size
                 chunks = [page[i : i + size] for i in range(0, len(page), size)]
                 results = self._run_chunks(chunks, stable_at)
-            else:  # a chunk at a time, each found by its own unit
-                r, after = self.p.utxo.prune_next(self.height, after, cfg.chunk_size, stable_at)
+            else:  # the group as one unit, found by the unit itself (see the invariants)
+                r, after = self.p.utxo.prune_next(self.height, after, group, stable_at)
                 if after is None:
                     break
                 results, chunks = [r], [[]]

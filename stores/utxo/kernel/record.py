@@ -161,6 +161,11 @@ class Record:
     def inpoint_list(self) -> list[tuple[bytes, int]]:
         return list(_INPOINT.iter_unpack(self.inpoints))
 
+    def parent_txids(self) -> set[bytes]:
+        """The txids this record spends from (each once): the first 32 bytes of each inpoint."""
+        buf, step = self.inpoints, _INPOINT.size
+        return {buf[i : i + 32] for i in range(0, len(buf), step)}
+
 
 def encode_blocks(blocks: Sequence[Block]) -> str:
     """JSON of a block list, built directly (every value is an int): a block's create call

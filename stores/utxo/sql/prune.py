@@ -54,11 +54,12 @@ def _after(cursor: Cursor | None) -> tuple[int, int, int]:
 
 # What a prune reads of a record it may delete, of a parent that stays (it learns of the deleted
 # child), and, in defensive mode, of a spender (enough for `Record.mined` and its block list).
+# A due record is also read as a spender in defensive mode (a unit may hold parent and child).
 _DUE = codec.Projection((
-    "id", "txid", "delete_at_height", "external", "creating", "total_extra_recs", "unmined_since",
-    "blocks", "inpoints", "deleted_children",
+    "id", "txid", "delete_at_height", "external", "creating", "total_extra_recs", "inpoints",
+    "deleted_children",
 ))  # fmt: skip
-_DEFENSIVE = codec.Projection((*_DUE.cols, "utxos"))
+_DEFENSIVE = codec.Projection((*_DUE.cols, "unmined_since", "blocks", "utxos"))
 _PARENT = codec.Projection(("id", "txid", "total_extra_recs", "deleted_children"))
 _SPENDER = codec.Projection(("id", "txid", "unmined_since", "blocks", "total_extra_recs"))
 
@@ -152,7 +153,7 @@ class PruneMixin(StateMixin):
         """The unit's work once the records asked for are loaded and locked."""
         out = PruneResult()
         # the parents that may stay (they learn of the deleted children): locked too
-        parents = {p for rec in recs.values() for p, _v in rec.inpoint_list()} - recs.keys()
+        parents = set().union(*(rec.parent_txids() for rec in recs.values())) - recs.keys()
         if parents:
             recs.update(self._records(cur, parents, proj=_PARENT))
         due = [recs[t] for t in wanted if t in recs and dah.is_due(recs[t], height)]
@@ -172,7 +173,7 @@ class PruneMixin(StateMixin):
             going.append(rec)
         gone = {rec.txid for rec in going}
         for rec in going:
-            for p, _v in rec.inpoint_list():
+            for p in rec.parent_txids():
                 if p in recs and p not in gone:
                     state.add_deleted_child(recs[p], rec.txid)
         self._write(cur, [r for t, r in recs.items() if t not in gone])
