@@ -1,10 +1,15 @@
 """Workarounds for two kombu bugs that kill a worker (seen with kombu 5.7.0, Celery 5.7.0).
 
-1. A message that is not JSON (tests/pipeline/test_faults.py). The Redis transport decodes a
-   message it has just popped inside the worker's event loop (`Channel._brpop_read`); the
-   decode error escapes the loop and the worker's main process exits. Here such a message is
-   dropped with an error in the log and its bytes kept (the newest `UNDECODABLE_KEEP`) in the
-   Redis list `UNDECODABLE_KEY` for inspection: rejected, never delivered, the queue not blocked.
+1. A message that is not JSON, or JSON that is not a kombu message (`null`, `42`, a list, an
+   object without properties, a body its encoding cannot decode: tests/pipeline/test_faults.py).
+   The Redis transport decodes a message it has just popped, and builds kombu's `Message` from
+   it, inside the worker's event loop (`Channel._brpop_read`, `Transport._deliver`); the error
+   escapes the loop and the worker's main process exits. Here such a message is dropped with an
+   error in the log and its bytes kept (the newest `UNDECODABLE_KEEP`) in the Redis list
+   `UNDECODABLE_KEY` for inspection: rejected, never delivered, the queue not blocked. The
+   shape is checked by building the `Message` as the channel will (kombu's own reading of it),
+   plus the delivery info a redelivery reads; what the body says is Celery's to judge (it
+   rejects a task message it cannot read, and lives on).
 
 2. The broker going away mid-read (tests/pipeline/test_redis_restart.py and test_kombu_fix.py).
 
@@ -25,6 +30,7 @@ harmless.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -34,6 +40,7 @@ from kombu.transport import redis as kombu_redis
 ORIGINAL = kombu_redis.Channel._connparams  # kombu's own (tests/pipeline/test_kombu_fix.py)
 ORIGINAL_BRPOP_READ = kombu_redis.Channel._brpop_read
 ORIGINAL_LOADS = kombu_redis.loads
+ORIGINAL_DELIVER = kombu_redis.Transport._deliver
 UNDECODABLE_KEY = "utxoflow:undecodable"
 UNDECODABLE_KEEP = 100
 log = logging.getLogger("utxoflow.broker")
@@ -55,20 +62,47 @@ def _loads(s: Any) -> Any:
         raise Undecodable(s, e) from e
 
 
+def _reject(channel: Any, raw: str | bytes, why: str) -> None:
+    """Drop a message already popped: log it, keep its bytes, and go on consuming."""
+    log.error("rejected %s (%d bytes, kept in the Redis list %s): %r…",
+              why, len(raw), UNDECODABLE_KEY, raw[:80])
+    try:
+        with channel.conn_or_acquire() as client:
+            keep = client.pipeline().lpush(UNDECODABLE_KEY, raw)
+            keep.ltrim(UNDECODABLE_KEY, 0, UNDECODABLE_KEEP - 1).execute()
+    except Exception as err:  # keeping a copy is a courtesy; consuming on is what matters
+        log.warning("could not keep the rejected message: %s", err)
+
+
 def _brpop_read(self: Any, **options: Any) -> Any:
     try:
         return ORIGINAL_BRPOP_READ(self, **options)
-    except Undecodable as e:  # already popped: drop it, keep its bytes, and go on consuming
-        raw = e.raw if isinstance(e.raw, (str, bytes)) else repr(e.raw)
-        log.error("rejected %s (%d bytes, kept in the Redis list %s): %r…",
-                  e, len(raw), UNDECODABLE_KEY, raw[:80])
-        try:
-            with self.conn_or_acquire() as client:
-                client.pipeline().lpush(UNDECODABLE_KEY, raw).ltrim(UNDECODABLE_KEY, 0,
-                                                                    UNDECODABLE_KEEP - 1).execute()
-        except Exception as err:  # keeping a copy is a courtesy; consuming on is what matters
-            log.warning("could not keep the rejected message: %s", err)
+    except Undecodable as e:
+        _reject(self, e.raw if isinstance(e.raw, (str, bytes)) else repr(e.raw), str(e))
         return False
+
+
+_ROUTE = ("exchange", "routing_key")  # what a redelivery of an unacknowledged message reads
+
+
+def _shape_problem(channel: Any, payload: Any) -> str | None:
+    """Why kombu could not deliver, acknowledge or redeliver `payload` (None: it can)."""
+    try:
+        message = channel.Message(payload, channel=channel)
+        info = message.delivery_info
+        if not isinstance(info, dict) or not all(isinstance(info.get(k), str) for k in _ROUTE):
+            return "no delivery info (exchange and routing key)"
+    except Exception as e:  # whatever kombu's reading of it raises
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def _deliver(self: Any, message: Any, queue: Any) -> Any:
+    channel = next((c for c in self.channels if c), None)
+    if channel is not None and (why := _shape_problem(channel, message)) is not None:
+        _reject(channel, json.dumps(message), f"a message that is not a kombu message ({why})")
+        return None
+    return ORIGINAL_DELIVER(self, message, queue)
 
 
 def _connparams(self: Any, asynchronous: bool = False) -> Any:
@@ -81,3 +115,4 @@ def apply() -> None:
     kombu_redis.Channel._connparams = _connparams  # type: ignore[method-assign]
     kombu_redis.loads = _loads  # type: ignore[assignment]
     kombu_redis.Channel._brpop_read = _brpop_read  # type: ignore[method-assign]
+    kombu_redis.Transport._deliver = _deliver  # type: ignore[method-assign]

@@ -44,8 +44,13 @@ def worker_cmd(obj: Context, queues: str, concurrency: int, loglevel: str, name:
     from workers.app import app
 
     node = name or f"utxo-{os.getpid()}@{socket.gethostname()}"
-    app.worker_main(["worker", "-Q", queues, "-c", str(concurrency), "-l", loglevel, "-n", node,
-                     "--prefetch-multiplier", str(prefetch), "--without-mingle", "--without-gossip"])
+    # `app.Worker`, as `celery worker` builds it, rather than `app.worker_main`, which drops the
+    # worker's exit code: a worker that dies of an unrecoverable error must not exit 0, or a
+    # supervisor restarting on failure leaves it down.
+    worker = app.Worker(hostname=node, queues=queues, concurrency=concurrency, loglevel=loglevel,
+                        prefetch_multiplier=prefetch, without_mingle=True, without_gossip=True)
+    worker.start()
+    sys.exit(worker.exitcode or 0)
 
 
 @cli.command("beat")
