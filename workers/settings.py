@@ -67,6 +67,10 @@ class Settings(BaseSettings):
     block_height_retention: NonNegativeInt = 288  # 0: records are never pruned
     allow_missing_inputs: bool = False
 
+    # a starting worker waits this long for a store it cannot reach yet, consuming nothing, then
+    # refuses to start (exit 2); a store URL that cannot work at all is refused at once
+    store_wait: Seconds = 60.0
+
     # -- applying blocks -------------------------------------------------------------------------
     block_chunk_txs: PositiveInt = 1000  # transactions per unit of a block phase (shared by workers)
     # helper tasks sent per phase at most (0: none); unset: `chunk_helpers()` decides by store

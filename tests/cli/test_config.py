@@ -24,6 +24,7 @@ CONTRACT_DEFAULTS = {
     "block_chunk_txs": 1000,  # units of a block phase (README settings)
     "block_chunk_helpers": None,  # by store: 0 on SQLite, else 4
     "block_task_budget": 5,  # a block task hands the chain on after this long (README settings)
+    "store_wait": 60,  # a starting worker waits this long for an unreachable store (README settings)
 }
 SEED_DEFAULTS = {
     "pruner_job_timeout": 600,

@@ -372,20 +372,21 @@ def test_wait_on_an_id_it_cannot_look_up_times_out(pipeline: Pipeline) -> None:
 
 @pytest.mark.timeout(120)
 def test_a_worker_whose_store_is_not_there_yet_waits_for_it(pipeline: Pipeline) -> None:
-    """The first task of a worker process opens the stores: a UTXO store that cannot be reached
-    yet (its database not created) makes the task try again later, not fail and lose its
-    block (regression: the failure was raised outside the task's retries)."""
+    """A UTXO store that cannot be reached yet (its database not created): the worker waits for
+    it before taking a single message (workers/startup.py), then applies what was queued."""
     name = f"utxoflow_late_{uuid.uuid4().hex[:10]}"
     url = f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
     c = Chain()
     for _ in range(3):
         c.add()
     pipeline.enqueue("block", c.blocks)  # (`utxo enqueue` opens every store: it does so here)
+    queued = pipeline.redis.llen("blocks")
     pipeline.env["UTXO_STORE_URL"] = url
-    pipeline.start_worker("w1")
+    pipeline._start("w1", ["worker", "-n", "w1@test"], b"waiting for UTXO_STORE_URL", "worker")
     with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=5) as admin:
         try:
-            until(lambda: "will retry" in pipeline.log("w1"), 30, why="the worker tries the store")
+            time.sleep(1)
+            assert pipeline.redis.llen("blocks") == queued == 3, pipeline.log("w1")  # nothing taken
             admin.execute(f'CREATE DATABASE "{name}"')
             pipeline.wait(60)
             assert pipeline.tip()["height"] == 3
@@ -393,6 +394,33 @@ def test_a_worker_whose_store_is_not_there_yet_waits_for_it(pipeline: Pipeline) 
         finally:
             pipeline.stop(graceful=False)
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("setting", "value", "wait", "says"), [
+    ("UTXO_STORE_URL", "mysql://x/y", "60", "cannot work: unknown UTXO store URL scheme 'mysql'"),
+    ("UTXO_STATE_URL", "redis://127.0.0.1:6379/0", "60", "cannot work: unknown state store URL scheme"),
+    ("UTXO_BLOB_URL", "ftp://x/y", "60", "cannot work: unknown blob store URL scheme 'ftp'"),
+    ("UTXO_STORE_URL", "postgresql://postgres@127.0.0.1:1/x", "2", "could not be reached in 2 s"),
+])  # fmt: skip
+def test_a_worker_whose_stores_cannot_work_refuses_to_start(
+    pipeline: Pipeline, setting: str, value: str, wait: str, says: str
+) -> None:
+    """Before it takes a single message: one line naming the setting, exit 2, the queue as it
+    was (a worker that took messages it can only fail would starve the ones that can apply them)."""
+    c = Chain()
+    c.add()
+    pipeline.enqueue("block", c.blocks)
+    queued = pipeline.redis.llen("blocks")
+    bad = {**pipeline.env, setting: value, "UTXO_STORE_WAIT": wait}
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "workers.cli", "worker", "-n", "bad@test"], env=bad,
+                       cwd=pipeline.tmp, capture_output=True, text=True, timeout=60)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) >= 1, (r.returncode, r.stderr)
+    assert lines[-1].startswith("utxo: ") and setting in lines[-1] and says in lines[-1], r.stderr
+    assert time.monotonic() - t < float(wait) + 20
+    assert pipeline.redis.llen("blocks") == queued == 1
 
 
 @pytest.mark.timeout(180)

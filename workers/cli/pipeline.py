@@ -40,7 +40,12 @@ def worker_cmd(obj: Context, queues: str, concurrency: int, loglevel: str, name:
                prefetch: int) -> None:
     """A Celery worker of this app (`celery -A workers.app worker` is the same)."""
     _export(obj)
-    obj.settings  # noqa: B018  (validate the settings before starting anything)
+    from workers.startup import CannotStart, check_stores
+
+    try:  # before a single message is taken (see workers/startup.py)
+        check_stores(obj.settings)
+    except CannotStart as e:
+        raise BadInput(str(e)) from e
     from workers.app import app
 
     node = name or f"utxo-{os.getpid()}@{socket.gethostname()}"
