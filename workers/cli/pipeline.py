@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
 
 from chain import ParseError, hex_to_hash
+from stores.sqldb import mask_url
 from stores.state import open_state_store
 from workers.cli.app import BadInput, Context, NotFound, cli, emit
 from workers.cli.progress import Reporter
@@ -104,9 +106,11 @@ def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
     _export(obj)
     blocks = _parse_all(files, read_blocks)
     svc = services()
+    _check_broker(obj)
     with Reporter() as rep, rep.step("enqueue blocks", len(blocks), "blocks") as advance:
-        for block in blocks:
-            submit_block(block.raw, svc, block)
+        for k, block in enumerate(blocks):
+            with _broker_errors(obj, k, len(blocks), "blocks"):
+                submit_block(block.raw, svc, block)
             emit({"enqueued": "block", "hash": block.hash_hex, "txs": block.n_txs})
             advance(1)
 
@@ -122,11 +126,45 @@ def enqueue_tx(obj: Context, files: tuple[str, ...]) -> None:
     _export(obj)
     txs = _parse_all(files, read_txs)
     svc = services()
+    _check_broker(obj)
     with Reporter() as rep, rep.step("enqueue txs", len(txs), "txs") as advance:
-        for tx in txs:
-            submit_tx(tx.serialize(extended=True) if tx.is_extended else tx.raw, svc)
+        for k, tx in enumerate(txs):
+            with _broker_errors(obj, k, len(txs), "transactions"):
+                submit_tx(tx.serialize(extended=True) if tx.is_extended else tx.raw, svc)
             emit({"enqueued": "tx", "txid": tx.txid_hex})
             advance(1)
+
+
+def _check_broker(obj: Context) -> None:
+    """Before anything is registered or sent: the broker answers (a Redis that is down, or a
+    database number it does not have, is refused here rather than after the first send)."""
+    from workers.broker import BrokerRun, BrokerUnreachable
+    from workers.startup import first_line
+
+    try:
+        BrokerRun(obj.settings.broker_url).current(fresh=True)
+    except BrokerUnreachable as e:
+        raise BadInput(f"UTXO_BROKER_URL ({mask_url(obj.settings.broker_url)}): {first_line(e)}; "
+                       "nothing was enqueued") from e
+
+
+@contextmanager
+def _broker_errors(obj: Context, sent: int, total: int, what: str) -> Iterator[None]:
+    """A send that fails (the broker went away mid-file): say how far the input got. Each item
+    is registered as pending before its send, so the one that failed is sent again by the
+    workers' re-sending scan; enqueueing the same input again sends the rest (a second copy of
+    what went in does no harm: every task is idempotent)."""
+    from kombu.exceptions import OperationalError
+    from redis import RedisError
+
+    from workers.startup import first_line
+
+    try:
+        yield
+    except (OperationalError, RedisError, ConnectionError) as e:
+        raise BadInput(f"UTXO_BROKER_URL ({mask_url(obj.settings.broker_url)}) failed after {sent} "
+                       f"of {total} {what} were enqueued (the lines above): {first_line(e)}; "
+                       "enqueue the same input again to send the rest") from e
 
 
 @cli.command("wait")
