@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -47,9 +49,28 @@ def resume_the_chain(**_: Any) -> None:
 @worker_ready.connect
 def requeue_lost_messages(**_: Any) -> None:
     """A worker starting sends one re-sending scan (workers/requeue.py): messages pending from
-    before a broker restart, or from a worker that died holding them, are sent again now rather
-    than at beat's next scan (there may be no `utxo beat`). Any worker may take the scan."""
+    before a broker restart, or from a worker that died holding them, are sent again now. Then
+    it sends one every UTXO_REQUEUE_INTERVAL seconds from a thread of its main process, as
+    `utxo beat` does, so that no beat is needed: a broker that lost its queues while the
+    workers ran is noticed within an interval. Any worker may take a scan; scans at once are
+    safe (each due message is claimed by one), and one not taken within an interval expires."""
+    from workers.settings import load_settings
+
+    interval = load_settings().requeue_interval
+    _send_scan(interval)
+    threading.Thread(target=_scan_every, args=(interval,), name="utxoflow-requeue", daemon=True).start()
+
+
+def _send_scan(expires: float) -> bool:
     try:
-        app.send_task("utxoflow.recovery.requeue")
-    except Exception as e:  # the worker runs on; beat's scans or the next start will do it
+        app.send_task("utxoflow.recovery.requeue", expires=expires)
+        return True
+    except Exception as e:  # the worker runs on: the next interval tries again
         log.warning("could not send the re-sending scan: %s", e)
+        return False
+
+
+def _scan_every(interval: float) -> None:
+    while True:
+        time.sleep(interval)
+        _send_scan(interval)

@@ -1,6 +1,7 @@
 """Sending again the messages a broker lost: one scan of the registry of pending messages
-(workers/registry.py), run by the `utxoflow.recovery.requeue` task at every worker start and
-every UTXO_REQUEUE_INTERVAL seconds from `utxo beat`.
+(workers/registry.py), run by the `utxoflow.recovery.requeue` task, which every worker sends
+when it starts and then every UTXO_REQUEUE_INTERVAL seconds (`workers/app.py`), as `utxo beat`
+does.
 
 A pending entry is due when its message was sent under another broker run than the current one
 (the broker restarted and, keeping nothing on disk, lost it: certainly gone) or more than

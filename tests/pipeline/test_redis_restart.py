@@ -158,3 +158,29 @@ def test_wait_waits_across_a_restart_and_a_starting_worker_resends(
     assert (code, out) == (0, {"done": True, "pending": 0}), pipeline.logs()
     check_complete(pipeline, chain, outpoints(funds), mempool)
     assert "re-sent 5 message(s): 5 lost with an earlier broker run" in pipeline.log("w1"), pipeline.log("w1")
+
+
+@pytest.mark.timeout(90)
+def test_the_workers_resend_what_a_restart_lost_with_no_beat(pipeline: Pipeline, broker: RedisServer) -> None:
+    """No `utxo beat`: a worker that was running when Redis lost its queues sends a re-sending
+    scan every UTXO_REQUEUE_INTERVAL itself (its start-up scan came before the loss). Here it
+    takes only `recovery`, so the re-sent blocks wait on the queue to be counted; a worker of
+    `blocks` started after them applies them."""
+    funds = funding(3, n_outputs=2)
+    chain = pipeline.seed(funds)
+    for f in funds:
+        t = spend((f, 0), n_outputs=2)
+        chain.add([t, spend((t, 1), (f, 1))])
+    pipeline._start("r1", ["worker", "-n", "r1@test", "-Q", "recovery"], b"ready", "worker")
+    time.sleep(1.5)  # its start-up scan has run: nothing was pending then
+    pipeline.enqueue("block", chain.blocks)
+    broker.kill()
+    broker.start()
+    assert queued(pipeline) == 0  # every message is gone with the old run
+    until(lambda: queued(pipeline) == len(chain.blocks), 20, why="the running worker's own scan")
+    assert "re-sent 3 message(s): 3 lost with an earlier broker run" in pipeline.log("r1"), pipeline.log("r1")
+    pipeline.start_worker("w1")
+    pipeline.wait(60)
+    tip = pipeline.tip()
+    assert tip["height"] == chain.height - 1
+    assert pipeline.confirmed() == confirmed_model(chain.txs, outpoints(funds))
