@@ -47,18 +47,23 @@ def resume_the_chain(**_: Any) -> None:
 
 
 @worker_ready.connect
-def requeue_lost_messages(**_: Any) -> None:
+def requeue_lost_messages(sender: Any = None, **_: Any) -> None:
     """A worker starting sends one re-sending scan (workers/requeue.py): messages pending from
     before a broker restart, or from a worker that died holding them, are sent again now. Then
     it sends one every UTXO_REQUEUE_INTERVAL seconds from a thread of its main process, as
     `utxo beat` does, so that no beat is needed: a broker that lost its queues while the
     workers ran is noticed within an interval. Any worker may take a scan; scans at once are
-    safe (each due message is claimed by one), and one not taken within an interval expires."""
+    safe (each due message is claimed by one), and one not taken within an interval expires.
+    Only a worker of the `recovery` queue sends the periodic ones: Redis drops an expired
+    message only when a worker takes it, so scans sent where none is taken would pile up."""
     from workers.settings import load_settings
 
     interval = load_settings().requeue_interval
     _send_scan(interval)
-    threading.Thread(target=_scan_every, args=(interval,), name="utxoflow-requeue", daemon=True).start()
+    consumer = getattr(sender, "task_consumer", None)
+    queues = {q.name for q in getattr(consumer, "queues", None) or ()}
+    if not queues or "recovery" in queues:
+        threading.Thread(target=_scan_every, args=(interval,), name="utxoflow-requeue", daemon=True).start()
 
 
 def _send_scan(expires: float) -> bool:

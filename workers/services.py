@@ -68,7 +68,7 @@ def services(**overrides: Any) -> Services:
                             chunk_txs=s.block_chunk_txs, fanout=fanout)
             registry = Registry(state, BrokerRun(s.broker_url))
             # prune chunks go to other workers only where the store takes concurrent writers
-            shared = not s.store_url.startswith("sqlite:") and s.chunk_helpers() > 0
+            shared = utxo.concurrent_writers and s.chunk_helpers() > 0
             pruner = Pruner(utxo, state, blobs, PrunerConfig.from_settings(s), send=_send,
                             start_known=seq.index.start_known, shared=shared)
             seq.on_applied = pruner.block_applied

@@ -104,7 +104,7 @@ class Settings(BaseSettings):
 
     # -- re-sending messages a broker lost (workers/requeue.py, `utxo beat`) -----------------------
     requeue_after: PositiveSeconds = 300.0  # a message pending this long is sent again (longer than a block)
-    requeue_interval: PositiveSeconds = 10.0  # how often `utxo beat` runs the re-sending scan
+    requeue_interval: PositiveSeconds = 10.0  # how often workers (and `utxo beat`) send the re-sending scan
 
     # -- lock records of two-phase creation (seed 000), seconds -----------------------------------
     lock_base_ttl: PositiveInt = 30

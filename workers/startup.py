@@ -7,7 +7,8 @@ Invariants:
   workers that can apply them.
 - A store that cannot be reached yet (a server starting, a database not created yet) is waited
   for, with a line in the log every few seconds and nothing consumed, for `UTXO_STORE_WAIT`
-  seconds; then the worker refuses to start too. The error names the setting.
+  seconds; then the worker refuses to start too. The error names the setting. (A refused
+  connection and wrong credentials look alike to the driver: both are waited for.)
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ then applied whole, checked against the model)."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -57,8 +58,10 @@ def test_a_broker_gone_mid_file_says_how_far_it_got_and_a_second_enqueue_complet
                          env=pipeline.env, cwd=pipeline.tmp, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     assert p.stdout is not None
-    first = p.stdout.readline()  # one block went in: the broker goes away
+    first = p.stdout.readline()  # one block went in: the broker goes away meanwhile
+    p.send_signal(signal.SIGSTOP)
     broker.kill()
+    p.send_signal(signal.SIGCONT)
     rest, err = p.communicate(timeout=60)
     went = [json.loads(line) for line in (first + rest).splitlines()]
     lines = err.strip().splitlines()

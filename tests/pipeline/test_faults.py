@@ -423,6 +423,11 @@ def test_a_worker_whose_stores_cannot_work_refuses_to_start(
     assert pipeline.redis.llen("blocks") == queued == 1
 
 
+def test_a_worker_with_a_bad_log_level_is_a_usage_error(pipeline: Pipeline) -> None:
+    r = pipeline.utxo("worker", "-l", "bogus", timeout=60)
+    assert r.returncode == 2 and "bogus" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
 @pytest.mark.timeout(180)
 def test_pool_child_killed_mid_batch(pipeline: Pipeline) -> None:
     """Two workers, SQLite, a block's phases run by its coordinator (no helpers): the holder

@@ -5,10 +5,13 @@ deleted children, and nothing else changes (every backend)."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
-from stores.utxo import TxNotFound, UtxoStore
+from stores.blob import open_blob_store
+from stores.blob.protocol import blob_key
+from stores.utxo import TxNotFound, UtxoStore, open_utxo_store
 from stores.utxo.records import PruneResult
 from tests.stores.helpers import child, created, funding
 
@@ -52,19 +55,19 @@ def test_paging_through_due_records_matches_a_model(store: UtxoStore, limit: int
         return what == "p" or g_mined[i]
 
     due = sum((spent_at[i] + RET <= height) * (1 + q_spent[i]) for i in range(n))
-    total, after, units = PruneResult(), None, 0
+    total, after, sizes = PruneResult(), None, []
     while True:
         r, after = store.prune_next(height, after, limit, stable_at)
         if after is None:
             break
-        units += 1
-        assert r.deleted + r.defensive_kept + r.not_due <= limit
+        sizes.append(r.deleted + r.defensive_kept + r.not_due + r.blob_kept)
         total.add(r)
+    assert sizes[:-1] == [limit] * (len(sizes) - 1) and 1 <= sizes[-1] <= limit  # every unit full
     want_c = [goes(i, "c") for i in range(n)]
     want_p = [goes(i, "p") for i in range(n)]
     assert total.deleted == sum(want_c) + sum(want_p)
     assert total.deleted + total.defensive_kept == due  # each due record met once
-    assert units >= -(-due // limit)
+    assert len(sizes) == -(-due // limit)
     for i in range(n):
         for tx, gone in ((cs[i], want_c[i]), (ps[i], want_p[i])):
             if gone:
@@ -79,3 +82,32 @@ def test_paging_through_due_records_matches_a_model(store: UtxoStore, limit: int
     # a second run finds nothing more to delete
     r, after = store.prune_next(height, None, 10_000, stable_at)
     assert r.deleted == 0 and r.defensive_kept == total.defensive_kept
+
+
+def test_a_unit_ends_after_its_share_of_external_records(store_url: str, tmp_path: Path) -> None:
+    """Each external record's blob is removed inside the unit: `max_external` bounds them."""
+    url = f"file://{tmp_path}/blobs"
+    store = open_utxo_store(store_url, retention=RET, blob_url=url, externalize_all=True)
+    try:
+        ps = [funding(1) for _ in range(7)]
+        created(store, *ps, height=100, mined=True)
+        kids = [child((p, 0)) for p in ps]
+        created(store, *kids, height=101, mined=True)
+        for k in kids:
+            store.spend(k, 101)
+        blobs = open_blob_store(url)
+        assert all(blobs.exists(blob_key(p.txid, "tx")) for p in ps)
+        sizes, after = [], None
+        while True:
+            r, after = store.prune_next(101 + RET, after, 100, max_external=3)
+            if after is None:
+                break
+            assert r.blobs_deleted == r.deleted
+            sizes.append(r.deleted)
+        assert sizes == [3, 3, 1]
+        assert not any(blobs.exists(blob_key(p.txid, "tx")) for p in ps)
+        for p in ps:
+            with pytest.raises(TxNotFound):
+                store.get(p.txid)
+    finally:
+        store.close()

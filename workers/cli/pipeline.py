@@ -26,21 +26,28 @@ def _export(obj: Context) -> None:
         os.environ[f"UTXO_{key.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
 
 
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "FATAL"]
+
+
 @cli.command("worker")
 @click.option(
     "--queues", "-Q", default="blocks,txs,prune,recovery", show_default=True, help="Queues to consume."
 )
 @click.option("--concurrency", "-c", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes.")
-@click.option("--loglevel", "-l", default="INFO", show_default=True)
-@click.option("--name", "-n", default=None, help="Node name (default: utxo-PID@HOST).")
+@click.option("--loglevel", "-l", default="INFO", show_default=True,
+              type=click.Choice(LOG_LEVELS, case_sensitive=False))
+@click.option("--name", "-n", default=None, help="Node name (default: utxo-PID@HOST; %h is the host name).")
 @click.option("--prefetch", type=click.IntRange(min=1), default=1, show_default=True,
               help="Messages each process takes ahead. Keep 1 for a worker of the `blocks` queue "
                    "(a block task runs for seconds); a `-Q txs` worker may take more.")
 @click.pass_obj
 def worker_cmd(obj: Context, queues: str, concurrency: int, loglevel: str, name: str | None,
                prefetch: int) -> None:
-    """A Celery worker of this app (`celery -A workers.app worker` is the same)."""
+    """A Celery worker of this app. It opens each store before it takes a message (a store
+    that cannot work: exit 2); `celery -A workers.app worker` runs the same worker without that
+    check. Exit status: 0 after SIGTERM (a warm shutdown), 1 after an unrecoverable error or
+    SIGINT/SIGQUIT."""
     _export(obj)
     from workers.startup import CannotStart, check_stores
 
@@ -48,9 +55,11 @@ def worker_cmd(obj: Context, queues: str, concurrency: int, loglevel: str, name:
         check_stores(obj.settings)
     except CannotStart as e:
         raise BadInput(str(e)) from e
+    from celery.utils.nodenames import default_nodename, host_format
+
     from workers.app import app
 
-    node = name or f"utxo-{os.getpid()}@{socket.gethostname()}"
+    node = host_format(default_nodename(name or f"utxo-{os.getpid()}@{socket.gethostname()}"))
     # `app.Worker`, as `celery worker` builds it, rather than `app.worker_main`, which drops the
     # worker's exit code: a worker that dies of an unrecoverable error must not exit 0, or a
     # supervisor restarting on failure leaves it down.

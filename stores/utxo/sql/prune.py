@@ -1,5 +1,5 @@
 """Pruning on SQL: deleting the records whose delete-at-height has come (seed 002, phase 2), one
-chunk per write unit. The rules are the kernel's (`kernel.dah.is_due`, `spenders`,
+chunk (or group) per write unit. The rules are the kernel's (`kernel.dah.is_due`, `spenders`,
 `stable_spender`, `kernel.state.add_deleted_child`); this module only loads, locks and writes.
 
 Invariants:
@@ -113,15 +113,20 @@ class PruneMixin(StateMixin):
         return self.db.write("prune", lambda cur: self._prune_unit(cur, txids, height, stable_at))
 
     def prune_next(
-        self, height: int, after: Cursor | None, limit: int, stable_at: int | None = None
+        self, height: int, after: Cursor | None, limit: int, stable_at: int | None = None,
+        max_external: int | None = None,
     ) -> tuple[PruneResult, Cursor | None]:
         """`prune` of the next `limit` records due at `height` after the cursor `after`, found by
-        the unit itself under its lock (one read fewer than `due_page` then `prune`); the result
-        and the cursor to go on from (None: none is left)."""
+        the unit itself under its lock (one read fewer than `due_page` then `prune`), ending
+        early after `max_external` external records (their blobs are removed inside the unit:
+        this bounds how long it holds its locks); the result and the cursor to go on from
+        (None: none is left)."""
         validate.height("height", height)
         validate.number("limit", limit)
         if stable_at is not None:
             validate.height("stable_at", stable_at)
+        if max_external is not None:
+            validate.number("max_external", max_external)
         proj = _DEFENSIVE if stable_at is not None else _DUE
 
         def unit(cur: Any) -> tuple[PruneResult, Cursor | None]:
@@ -129,7 +134,13 @@ class PruneMixin(StateMixin):
                 self.db.q(f"SELECT {proj.select} FROM txs WHERE {_DUE_AFTER}{self.db.for_update}"),
                 (height, *_after(after), limit),
             )
-            recs = {rec.txid: rec for rec in map(proj.decode, cur.fetchall())}
+            recs: dict[bytes, Record] = {}
+            externals = 0
+            for rec in map(proj.decode, cur.fetchall()):
+                recs[rec.txid] = rec
+                externals += rec.external
+                if max_external is not None and externals >= max_external:
+                    break  # the rest is met by the next unit (the cursor stops at this one)
             if not recs:
                 return PruneResult(), None
             last = next(reversed(recs.values()))
@@ -184,11 +195,11 @@ class PruneMixin(StateMixin):
 
     def _defensive(self, cur: Any, due: list[Record], stable_at: int, out: PruneResult) -> list[Record]:
         """Those of `due` whose every spender is stable (see the invariants)."""
+        found: dict[bytes, Record] = {rec.txid: rec for rec in due}
         paged = [(r.txid, k) for r in due if r.total_extra_recs for k in range(1, r.total_extra_recs + 1)]
         for (t, _k), pg in self._pages(cur, paged).items():
-            next(r for r in due if r.txid == t).pages[pg.page] = pg
+            found[t].pages[pg.page] = pg
         kids = {rec.txid: dah.spenders(rec) for rec in due}
-        found: dict[bytes, Record] = {rec.txid: rec for rec in due}
         wanted = set().union(*kids.values()) - found.keys()
         if wanted:
             found.update(self._records(cur, wanted, lock=False, proj=_SPENDER))

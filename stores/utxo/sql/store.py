@@ -90,6 +90,10 @@ class SqlUtxoStore(SnapshotMixin):
     def _no_store(self) -> StorageError:
         return StorageError(f"no UTXO store at {self.url_safe}")
 
+    @property
+    def concurrent_writers(self) -> bool:
+        return self.db.dialect != "sqlite"
+
     def fused(self) -> AbstractContextManager[None]:
         """Everything inside in one write transaction where the database has one writer at a
         time (SQLite: `Database.held`); elsewhere a no-op."""
