@@ -15,12 +15,11 @@ Invariants:
   units of the state store's chunk board that helper tasks claim too (`work_chunks`; each chunk
   a list of txids for `UtxoStore.prune`, which re-checks each record under lock). The runner
   claims units itself, so a run never waits on a helper that does not come.
-- Otherwise each write unit finds its records under its own lock (`UtxoStore.prune_next`): a
-  chunk, or, where the store has one writer at a time (SQLite), the whole group. Fewer, larger
-  commits are what make deleting faster there: records go in DAH order, which scatters them
-  over the txid index, and each commit writes every index page its unit touched (see
-  `bench.prune`). Either way a unit removes a chunk's worth of external blobs at most (it
-  removes them under its locks), and the job's lease (renewed between units) outlasts it.
+- Otherwise (SQLite: one writer at a time) the chunks go one after another, each a write unit
+  that finds its records under its own lock (`UtxoStore.prune_next`). Not the whole group in
+  one unit: measured, 10,000-record units were no faster in `bench.prune` than 1,000-record
+  ones, and held SQLite's write lock long enough (over a second) to push block tasks past
+  their time budget.
 - Block bodies go for blocks settled (applied, side, invalid) at or below height − retention,
   in height order; the height below which every body is gone is kept in state meta, so each
   body is removed once. A body that cannot be removed stops that phase for this run; the next
@@ -144,8 +143,6 @@ class PruneRun:
         stable_at = self.height - cfg.retention if cfg.defensive else None
         after: Any = None  # the store's cursor
         group = cfg.chunk_size * cfg.chunk_group_limit
-        # one writer at a time: the group is one unit, with a chunk's worth of blobs at most
-        unit = cfg.chunk_size if self.p.utxo.concurrent_writers else group
         while True:
             if self.p.shared:  # a group of chunks, listed here, shared with helper tasks
                 page, after = self.p.utxo.due_page(self.height, after, group)
@@ -155,8 +152,7 @@ class PruneRun:
                 chunks = [page[i : i + size] for i in range(0, len(page), size)]
                 results = self._run_chunks(chunks, stable_at)
             else:  # a unit at a time, found by the unit itself (see the invariants)
-                r, after = self.p.utxo.prune_next(self.height, after, unit, stable_at,
-                                                  max_external=cfg.chunk_size)
+                r, after = self.p.utxo.prune_next(self.height, after, cfg.chunk_size, stable_at)
                 if after is None:
                     break
                 results, chunks = [r], [[]]
