@@ -66,13 +66,11 @@ def requeue_lost_messages(sender: Any = None, **_: Any) -> None:
         threading.Thread(target=_scan_every, args=(interval,), name="utxoflow-requeue", daemon=True).start()
 
 
-def _send_scan(expires: float) -> bool:
+def _send_scan(expires: float) -> None:
     try:
         app.send_task("utxoflow.recovery.requeue", expires=expires)
-        return True
     except Exception as e:  # the worker runs on: the next interval tries again
         log.warning("could not send the re-sending scan: %s", e)
-        return False
 
 
 def _scan_every(interval: float) -> None:

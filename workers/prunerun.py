@@ -8,9 +8,9 @@ Invariants:
   take every applied block back, and needs their records): the job says why it skipped.
 - Parents of old unmined transactions are preserved before anything is deleted, and any failure
   there fails the run before a single deletion.
-- Deletion walks the due records with a cursor (delete-at-height, id) in groups of
-  `chunk_group_limit` chunks: a record kept (defensive mode, a blob that would not go) is not
-  met again in the run, and the next run looks at it afresh.
+- Deletion walks the due records with a cursor (delete-at-height, id), a chunk per write unit:
+  a record kept (defensive mode, a blob that would not go) is not met again in the run, and the
+  next run looks at it afresh.
 - Where the store takes concurrent writers and the pruner is `shared`, a group's chunks are
   units of the state store's chunk board that helper tasks claim too (`work_chunks`; each chunk
   a list of txids for `UtxoStore.prune`, which re-checks each record under lock). The runner

@@ -158,12 +158,10 @@ class UtxoStore(PagedRecords, Protocol):
     def parents_of(self, txids: Sequence[bytes]) -> set[bytes]: ...
     def delete_expired(self, txids: Sequence[bytes], height: int) -> int: ...
     def prune_next(
-        self, height: int, after: Any, limit: int, stable_at: int | None = None,
-        max_external: int | None = None,
+        self, height: int, after: Any, limit: int, stable_at: int | None = None
     ) -> tuple[PruneResult, Any]:
         """`prune` of the next `limit` records due after the cursor `after` (found under the
-        unit's own lock), ending early after `max_external` external ones (each a blob to remove
-        inside the unit); the cursor to go on from, None when none is left."""
+        unit's own lock); the cursor to go on from, None when none is left."""
     def prune(self, txids: Sequence[bytes], height: int, stable_at: int | None = None) -> PruneResult:
         """Delete those of `txids` due at `height` (their blobs first; a blob that cannot go keeps
         its record), noting each on the parents that stay; `stable_at`: defensive mode, keeping a

@@ -5,13 +5,10 @@ deleted children, and nothing else changes (every backend)."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
-from stores.blob import open_blob_store
-from stores.blob.protocol import blob_key
-from stores.utxo import TxNotFound, UtxoStore, open_utxo_store
+from stores.utxo import TxNotFound, UtxoStore
 from stores.utxo.records import PruneResult
 from tests.stores.helpers import child, created, funding
 
@@ -83,31 +80,3 @@ def test_paging_through_due_records_matches_a_model(store: UtxoStore, limit: int
     r, after = store.prune_next(height, None, 10_000, stable_at)
     assert r.deleted == 0 and r.defensive_kept == total.defensive_kept
 
-
-def test_a_unit_ends_after_its_share_of_external_records(store_url: str, tmp_path: Path) -> None:
-    """Each external record's blob is removed inside the unit: `max_external` bounds them."""
-    url = f"file://{tmp_path}/blobs"
-    store = open_utxo_store(store_url, retention=RET, blob_url=url, externalize_all=True)
-    try:
-        ps = [funding(1) for _ in range(7)]
-        created(store, *ps, height=100, mined=True)
-        kids = [child((p, 0)) for p in ps]
-        created(store, *kids, height=101, mined=True)
-        for k in kids:
-            store.spend(k, 101)
-        blobs = open_blob_store(url)
-        assert all(blobs.exists(blob_key(p.txid, "tx")) for p in ps)
-        sizes, after = [], None
-        while True:
-            r, after = store.prune_next(101 + RET, after, 100, max_external=3)
-            if after is None:
-                break
-            assert r.blobs_deleted == r.deleted
-            sizes.append(r.deleted)
-        assert sizes == [3, 3, 1]
-        assert not any(blobs.exists(blob_key(p.txid, "tx")) for p in ps)
-        for p in ps:
-            with pytest.raises(TxNotFound):
-                store.get(p.txid)
-    finally:
-        store.close()

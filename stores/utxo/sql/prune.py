@@ -113,20 +113,15 @@ class PruneMixin(StateMixin):
         return self.db.write("prune", lambda cur: self._prune_unit(cur, txids, height, stable_at))
 
     def prune_next(
-        self, height: int, after: Cursor | None, limit: int, stable_at: int | None = None,
-        max_external: int | None = None,
+        self, height: int, after: Cursor | None, limit: int, stable_at: int | None = None
     ) -> tuple[PruneResult, Cursor | None]:
         """`prune` of the next `limit` records due at `height` after the cursor `after`, found by
-        the unit itself under its lock (one read fewer than `due_page` then `prune`), ending
-        early after `max_external` external records (their blobs are removed inside the unit:
-        this bounds how long it holds its locks); the result and the cursor to go on from
-        (None: none is left)."""
+        the unit itself under its lock (one read fewer than `due_page` then `prune`); the result
+        and the cursor to go on from (None: none is left)."""
         validate.height("height", height)
         validate.number("limit", limit)
         if stable_at is not None:
             validate.height("stable_at", stable_at)
-        if max_external is not None:
-            validate.number("max_external", max_external)
         proj = _DEFENSIVE if stable_at is not None else _DUE
 
         def unit(cur: Any) -> tuple[PruneResult, Cursor | None]:
@@ -134,13 +129,7 @@ class PruneMixin(StateMixin):
                 self.db.q(f"SELECT {proj.select} FROM txs WHERE {_DUE_AFTER}{self.db.for_update}"),
                 (height, *_after(after), limit),
             )
-            recs: dict[bytes, Record] = {}
-            externals = 0
-            for rec in map(proj.decode, cur.fetchall()):
-                recs[rec.txid] = rec
-                externals += rec.external
-                if max_external is not None and externals >= max_external:
-                    break  # the rest is met by the next unit (the cursor stops at this one)
+            recs = {rec.txid: rec for rec in map(proj.decode, cur.fetchall())}
             if not recs:
                 return PruneResult(), None
             last = next(reversed(recs.values()))
