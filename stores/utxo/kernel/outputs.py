@@ -19,19 +19,8 @@ from __future__ import annotations
 
 from chain import hash_to_hex
 from stores.utxo import slots
-from stores.utxo.errors import (
-    Outpoint,
-    ProcessingError,
-    TxCreating,
-    TxNotFound,
-    UtxoAlreadyFrozen,
-    UtxoError,
-    UtxoMismatch,
-    UtxoNotFound,
-    UtxoNotFrozen,
-    UtxoSpent,
-    fmt_outpoint,
-)
+from stores.utxo.errors import Outpoint, ProcessingError, UtxoError
+from stores.utxo.kernel import verdicts
 from stores.utxo.kernel.record import Record
 
 SLOT = slots.SLOT
@@ -43,17 +32,16 @@ def verified_slot(
 ) -> tuple[Record, int] | UtxoError:
     """The record and offset of `op`'s slot, its UTXO hash `want`; else the error: TxNotFound,
     TxCreating (unless `creating_ok`), UtxoNotFound, UtxoMismatch."""
-    name = fmt_outpoint(op)
     if parent is None:
-        return TxNotFound(f"tx of {name} not found", outpoint=op)
+        return verdicts.tx_not_found(op)
     if parent.creating and not creating_ok:  # its creation is unfinished: outputs not settled
-        return TxCreating(f"tx of {name} is still being created", outpoint=op)
+        return verdicts.tx_creating(op)
     loc = parent.locate(op[1], batch_size)
     if loc is None:
-        return UtxoNotFound(f"output {name} does not exist", outpoint=op)
+        return verdicts.utxo_not_found(op)
     rec, off = loc
     if not rec.utxos.startswith(want, off):
-        return UtxoMismatch(f"output {name}: utxo hash {hash_to_hex(want)} does not match", outpoint=op)
+        return verdicts.mismatch(op, want)
     return loc
 
 
@@ -65,15 +53,9 @@ def freeze(parent: Record | None, op: Outpoint, want: bytes, batch_size: int) ->
     rec, off = loc
     data = bytes(rec.utxos[off + 32 : off + SLOT])
     if data == slots.FROZEN:
-        return UtxoAlreadyFrozen(f"output {fmt_outpoint(op)} is already frozen", outpoint=op)
+        return verdicts.already_frozen(op)
     if data != slots.UNSPENT:
-        by, vin = data[:32], int.from_bytes(data[32:], "little")
-        return UtxoSpent(
-            f"output {fmt_outpoint(op)} is spent by {hash_to_hex(by)}:{vin}; only unspent ones are frozen",
-            outpoint=op,
-            spending_txid=by,
-            spending_vin=vin,
-        )
+        return verdicts.spent(op, data[:32], int.from_bytes(data[32:], "little"), freeze=True)
     parent.set_spending(rec, off, slots.FROZEN, 0)
     return None
 
@@ -86,7 +68,7 @@ def _frozen(
         return loc
     rec, off = loc
     if rec.utxos[off + 32 : off + SLOT] != slots.FROZEN:
-        return UtxoNotFrozen(f"output {fmt_outpoint(op)} is not frozen", outpoint=op)
+        return verdicts.not_frozen(op)
     return loc
 
 

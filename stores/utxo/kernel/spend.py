@@ -32,24 +32,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from chain import Tx, hash_to_hex, spent_hashes, utxo_hash
+from chain import Tx, spent_hashes, utxo_hash
 from stores.utxo import slots
-from stores.utxo.errors import (
-    InvalidSpend,
-    Outpoint,
-    SpendRejected,
-    TxCoinbaseImmature,
-    TxConflicting,
-    TxCreating,
-    TxLocked,
-    TxNotFound,
-    UtxoError,
-    UtxoFrozen,
-    UtxoMismatch,
-    UtxoNotFound,
-    UtxoSpent,
-    fmt_outpoint,
-)
+from stores.utxo.errors import Outpoint, SpendRejected, UtxoError
+from stores.utxo.kernel import verdicts
 from stores.utxo.kernel.outputs import verified_slot
 from stores.utxo.kernel.record import NO_SPENDABLE, Record
 from stores.utxo.records import Spend, SpendInfo, SpendStatus
@@ -90,21 +76,16 @@ def record_error(
     parent: Record | None, op: Outpoint, height: int, ignore: Ignore = NO_IGNORE
 ) -> UtxoError | None:
     """The record-level rules of a spend of `op` at `height` (None: they pass)."""
-    name = fmt_outpoint(op)
     if parent is None:
-        return TxNotFound(f"parent tx of {name} not found", outpoint=op)
+        return verdicts.tx_not_found(op, parent=True)
     if parent.creating:
-        return TxCreating(f"parent tx of {name} is still being created", outpoint=op)
+        return verdicts.tx_creating(op, parent=True)
     if parent.conflicting and not ignore.conflicting:
-        return TxConflicting(f"parent tx of {name} is conflicting", outpoint=op)
+        return verdicts.tx_conflicting(op)
     if parent.locked and not ignore.locked:
-        return TxLocked(f"parent tx of {name} is locked", outpoint=op)
+        return verdicts.tx_locked(op)
     if parent.is_coinbase and parent.spending_height > height:
-        return TxCoinbaseImmature(
-            f"coinbase output {name} is spendable from height {parent.spending_height}, not {height}",
-            outpoint=op,
-            spendable_at=parent.spending_height,
-        )
+        return verdicts.coinbase_immature(op, parent.spending_height, height)
     return None
 
 
@@ -114,47 +95,29 @@ def output_error(
     """The output-level rules of a spend of `op` by `spender` (spending data: txid ‖ vin):
     (error or None, where its slot is). A None error with a slot already holding `spender` is
     the same spend again."""
-    name = fmt_outpoint(op)
     loc = parent.locate(op[1], batch_size)
     if loc is None:
-        return UtxoNotFound(f"output {name} does not exist", outpoint=op), None
+        return verdicts.utxo_not_found(op), None
     rec, off = loc
     if rec.creating:  # a child page still being created (its master normally says so first)
-        return TxCreating(f"tx {hash_to_hex(op[0])} is still being created", outpoint=op), None
+        return verdicts.page_creating(op), None
     u = rec.utxos
     if want is not None and not u.startswith(want, off):
-        return UtxoMismatch(
-            f"output {name}: utxo hash {hash_to_hex(want)} does not match the stored "
-            f"{hash_to_hex(bytes(u[off : off + 32]))} (wrong script or value)",
-            outpoint=op,
-        ), None
+        return verdicts.mismatch(op, want, bytes(u[off : off + 32]), spend=True), None
     if parent.spendable_in != NO_SPENDABLE:
         until = parent.spendable().get(op[1])
         if until is not None and until >= height:
-            return UtxoFrozen(
-                f"output {name} was reassigned: spendable from height {until + 1}",
-                outpoint=op,
-                until=until + 1,
-            ), None
+            return verdicts.reassigned(op, until), None
     data = bytes(u[off + 32 : off + SLOT])
     if data == UNSPENT:
         return None, loc
     if data == spender:
         if spender[:32] in parent.children("deleted_children"):
-            return InvalidSpend(
-                f"output {name}: its spender {hash_to_hex(spender[:32])} was pruned; it cannot spend again",
-                outpoint=op,
-            ), None
+            return verdicts.invalid_spend(op, spender[:32]), None
         return None, loc
     if data == FROZEN:
-        return UtxoFrozen(f"output {name} is frozen", outpoint=op), None
-    by, vin = data[:32], int.from_bytes(data[32:], "little")
-    return UtxoSpent(
-        f"output {name} is already spent by {hash_to_hex(by)}:{vin}",
-        outpoint=op,
-        spending_txid=by,
-        spending_vin=vin,
-    ), None
+        return verdicts.frozen(op), None
+    return verdicts.spent(op, data[:32], int.from_bytes(data[32:], "little")), None
 
 
 def spend_tx(
@@ -184,12 +147,7 @@ def spend_tx(
             assert parent is not None
             err, loc = output_error(parent, op, expected_hash(tx, vin), mine, height, batch_size)
         if err is None and (first := seen.setdefault(op, vin)) != vin:
-            err = UtxoSpent(
-                f"output {fmt_outpoint(op)} is spent twice by the same tx (inputs {first} and {vin})",
-                outpoint=op,
-                spending_txid=txid,
-                spending_vin=first,
-            )
+            err = verdicts.spent_twice(op, txid, first, vin)
         if err is not None:
             errors.append((vin, err))
             continue
@@ -281,7 +239,6 @@ def unspend(parent: Record | None, op: Outpoint, want: bytes, batch_size: int) -
     """Take back the spend of `op`, whoever made it, if its UTXO hash is `want` (Teranode's
     unspend): missing → TxNotFound / UtxoNotFound; another hash → UtxoMismatch; frozen →
     UtxoFrozen; unspent already → nothing to do."""
-    name = fmt_outpoint(op)
     loc = verified_slot(parent, op, want, batch_size, creating_ok=True)
     if isinstance(loc, UtxoError):
         return loc
@@ -289,7 +246,7 @@ def unspend(parent: Record | None, op: Outpoint, want: bytes, batch_size: int) -
     rec, off = loc
     data = rec.utxos[off + 32 : off + SLOT]
     if data == FROZEN:
-        return UtxoFrozen(f"output {name} is frozen: there is no spend to take back", outpoint=op)
+        return verdicts.frozen(op, unspend=True)
     if data != UNSPENT:
         parent.set_spending(rec, off, UNSPENT, -1)
     return None
@@ -310,11 +267,7 @@ def spend_status(parent: Record | None, op: Outpoint, want: bytes, tip: int, bat
     if rec.creating:
         return SpendInfo(SpendStatus.LOCKED)
     if not rec.utxos.startswith(want, off):
-        raise UtxoMismatch(
-            f"output {fmt_outpoint(op)}: utxo hash {hash_to_hex(want)} does not match the stored "
-            f"{hash_to_hex(bytes(rec.utxos[off : off + 32]))}",
-            outpoint=op,
-        )
+        raise verdicts.mismatch(op, want, bytes(rec.utxos[off : off + 32]))
     if parent.locked:
         return SpendInfo(SpendStatus.LOCKED)
     if parent.conflicting:

@@ -1,0 +1,155 @@
+"""One connection to an Aerospike cluster for the UTXO store: the URL, the client, and the Lua
+module (`utxoflow.lua`) registered under a name of its own content's hash.
+
+    aerospike://HOST:PORT[,HOST:PORT…]/NAMESPACE?set=SET[&user=U&password=P&timeout_ms=N]
+
+Invariants:
+- The module's registered name carries its content's hash (`utxoflow_<12 hex>`), so two
+  versions of utxoflow sharing a cluster during a rolling upgrade each call their own rules;
+  registering is skipped when the cluster has that name already.
+- The client's Lua user path is a private directory of this process (the client writes a copy
+  of each module it registers there), never the working directory.
+- Every failure of the client surfaces as `StorageError` naming the URL without its password;
+  a URL that cannot work is a `ValueError` naming the part that is wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+from stores.errors import StorageError
+from stores.sqldb import mask_url
+
+LUA_SOURCE = Path(__file__).with_name("utxoflow.lua")
+DEFAULT_SET = "txs"
+
+
+@dataclass(frozen=True)
+class AerospikeUrl:
+    hosts: tuple[tuple[str, int], ...]
+    namespace: str
+    set: str = DEFAULT_SET
+    user: str | None = None
+    password: str | None = None
+    timeout_ms: int = 5000
+    extra: dict[str, str] = field(default_factory=dict)  # the store's own options (batch_size …)
+
+
+def parse_url(url: str) -> AerospikeUrl:
+    """The parts of an `aerospike://` URL; ValueError naming what is wrong."""
+    if not url.lower().startswith("aerospike://"):
+        raise ValueError(f"not an aerospike:// URL: {mask_url(url)}")
+    rest = url[len("aerospike://") :]
+    netloc, _, tail = rest.partition("/")
+    path, _, query = tail.partition("?")
+    if not netloc:
+        raise ValueError(f"aerospike URL {mask_url(url)} names no host (aerospike://HOST:PORT/NAMESPACE)")
+    namespace = path.strip("/")
+    if not namespace or "/" in namespace:
+        raise ValueError(
+            f"aerospike URL {mask_url(url)} must name one namespace: aerospike://HOST:PORT/NAMESPACE"
+        )
+    hosts = []
+    for part in netloc.split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep:
+            host, port = part.strip(), "3000"
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"aerospike URL {mask_url(url)}: bad host {part!r} (HOST:PORT)")
+        hosts.append((host.strip("[]"), int(port)))
+    params = dict(parse_qsl(query, keep_blank_values=True))
+    set_name = params.pop("set", DEFAULT_SET)
+    if not set_name or len(set_name) > 63:
+        raise ValueError(f"aerospike URL {mask_url(url)}: set must be 1 to 63 characters")
+    timeout = params.pop("timeout_ms", "5000")
+    if not timeout.isdigit() or int(timeout) <= 0:
+        raise ValueError(f"aerospike URL {mask_url(url)}: timeout_ms must be a positive integer")
+    return AerospikeUrl(
+        tuple(hosts), namespace, set_name, params.pop("user", None), params.pop("password", None),
+        int(timeout), params,
+    )  # fmt: skip
+
+
+def module_name(source: str) -> str:
+    return "utxoflow_" + hashlib.sha256(source.encode()).hexdigest()[:12]
+
+
+class Connection:
+    """A connected client and the name of this code's Lua module on the cluster."""
+
+    def __init__(self, url: str) -> None:
+        import aerospike  # the client is needed only by those who use this backend
+        from aerospike import exception as aex
+
+        self.url = url
+        self.url_safe = mask_url(url)
+        self.parts = parse_url(url)
+        self._lua_dir = tempfile.TemporaryDirectory(prefix="utxoflow-lua-")
+        timeout = self.parts.timeout_ms
+        config: dict[str, Any] = {
+            "hosts": list(self.parts.hosts),
+            "lua": {"user_path": self._lua_dir.name},
+            "policies": {
+                "read": {"total_timeout": timeout},
+                "write": {"total_timeout": timeout},
+                "apply": {"total_timeout": timeout},
+                "batch": {"total_timeout": timeout},
+                "operate": {"total_timeout": timeout},
+            },
+        }
+        try:
+            self.client = aerospike.client(config)
+            if self.parts.user:
+                self.client.connect(self.parts.user, self.parts.password or "")
+            else:
+                self.client.connect()
+        except aex.AerospikeError as e:
+            self._lua_dir.cleanup()
+            raise StorageError(f"cannot reach the Aerospike cluster at {self.url_safe}: {e.msg}") from e
+        self.namespace = self.parts.namespace
+        self.set = self.parts.set
+        try:
+            self.module = self._register()
+        except BaseException:
+            self.close()
+            raise
+
+    def _register(self) -> str:
+        from aerospike import exception as aex
+
+        source = LUA_SOURCE.read_text()
+        name = module_name(source)
+        try:
+            have = {m["name"] for m in self.client.udf_list()}
+            if f"{name}.lua" not in have:
+                path = Path(self._lua_dir.name) / f"{name}.lua"
+                path.write_text(source)
+                self.client.udf_put(str(path))
+        except aex.AerospikeError as e:
+            raise StorageError(f"cannot register the Lua module at {self.url_safe}: {e.msg}") from e
+        return name
+
+    def key(self, txid: bytes, page: int = 0) -> tuple[str, str, bytes]:
+        """A record's key: the txid, with the page index appended for child pages."""
+        return (self.namespace, self.set, txid if page == 0 else txid + page.to_bytes(4, "little"))
+
+    def apply(self, key: tuple[str, str, bytes], function: str, args: list[Any]) -> Any:
+        """Call one function of the module on one record."""
+        from aerospike import exception as aex
+
+        try:
+            return self.client.apply(key, self.module, function, args)
+        except aex.AerospikeError as e:
+            raise StorageError(f"{function} on {self.url_safe} failed: {e.msg}") from e
+
+    def close(self) -> None:
+        try:
+            if self.client.is_connected():
+                self.client.close()
+        finally:
+            self._lua_dir.cleanup()

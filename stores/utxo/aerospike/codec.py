@@ -1,0 +1,121 @@
+"""The one mapping between an Aerospike record's bins and a kernel `Record` (bin names are
+Teranode's where it has one, and at most 15 characters, Aerospike's limit).
+
+Invariants:
+- Every `Record` field has one bin (`BINS`); booleans are 0/1 integers, a None field is an
+  absent bin, and the block list is three parallel lists (`blockIDs`, `blockHeights`,
+  `subtreeIdxs`) as the Lua module (`utxoflow.lua`) reads them.
+- `spentUtxos` is the record's own slots' count; a master's `pageSpent` holds what each child
+  page last reported, and the kernel's whole-transaction `spent_utxos` is their sum.
+- The reassignment log holds hashes as bytes (the Lua module writes them so); the kernel's
+  JSON form, with hashes as Bitcoin shows them, is made here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from chain import hash_to_hex
+from stores.utxo.kernel.record import Record, encode_blocks
+
+# Record field -> bin
+BINS: dict[str, str] = {
+    "txid": "txid",
+    "page": "page",
+    "utxos": "utxos",
+    "total_utxos": "recordUtxos",
+    "spent_utxos": "spentUtxos",
+    "creating": "creating",
+    "version": "version",
+    "locktime": "locktime",
+    "fee": "fee",
+    "size_in_bytes": "sizeInBytes",
+    "is_coinbase": "coinbase",
+    "spending_height": "spendingHeight",
+    "locked": "locked",
+    "conflicting": "conflicting",
+    "unmined_since": "unminedSince",
+    "created_at": "createdAt",
+    "preserve_until": "preserveUntil",
+    "delete_at_height": "deleteAtHeight",
+    "external": "external",
+    "total_extra_recs": "totalExtraRecs",
+    "conflicting_children": "conflictingCs",
+    "deleted_children": "deletedChildren",
+    "inpoints": "inpoints",
+}
+BOOLS = frozenset({"creating", "is_coinbase", "locked", "conflicting", "external"})
+BLOCK_BINS = ("blockIDs", "blockHeights", "subtreeIdxs")
+PAGE_SPENT = "pageSpent"
+SPENDABLE_IN = "spendableIn"
+REASSIGNMENTS = "reassignments"
+assert all(len(b) <= 15 for b in (*BINS.values(), *BLOCK_BINS, PAGE_SPENT, SPENDABLE_IN, REASSIGNMENTS))
+
+
+def to_bins(rec: Record) -> dict[str, Any]:
+    """Every bin of `rec` (a None field: no bin)."""
+    bins: dict[str, Any] = {}
+    for field, name in BINS.items():
+        value = getattr(rec, field)
+        if value is None:
+            continue
+        if field in BOOLS:
+            value = int(value)
+        elif isinstance(value, bytearray):
+            value = bytes(value)
+        bins[name] = value
+    if rec.page == 0:
+        blocks = rec.block_list()
+        if blocks:
+            for name, column in zip(BLOCK_BINS, zip(*blocks)):
+                bins[name] = list(column)
+        spendable = rec.spendable()
+        if spendable:
+            bins[SPENDABLE_IN] = spendable
+        log = rec.reassignment_list()
+        if log:
+            bins[REASSIGNMENTS] = [
+                {**e, "utxo_hash": bytes.fromhex(e["utxo_hash"])[::-1],
+                 "new_utxo_hash": bytes.fromhex(e["new_utxo_hash"])[::-1]}
+                for e in log
+            ]  # fmt: skip
+    return bins
+
+
+def from_bins(bins: dict[str, Any]) -> Record:
+    """The `Record` these bins hold (a master's `spent_utxos` counts its pages' reports)."""
+    values: dict[str, Any] = {}
+    for field, name in BINS.items():
+        if name not in bins or bins[name] is None:
+            continue
+        value = bins[name]
+        if field in BOOLS:
+            value = value == 1
+        elif field == "utxos":
+            value = bytearray(value)
+        elif isinstance(value, bytearray):
+            value = bytes(value)
+        values[field] = value
+    values.setdefault("utxos", bytearray())
+    values.setdefault("total_utxos", 0)
+    values.setdefault("spent_utxos", 0)
+    rec = Record(**values)
+    reports = bins.get(PAGE_SPENT) or {}
+    rec.spent_utxos += sum(spent for _gen, spent in reports.values())
+    ids = bins.get(BLOCK_BINS[0]) or []
+    if ids:
+        rec.blocks = encode_blocks(list(zip(ids, bins[BLOCK_BINS[1]], bins[BLOCK_BINS[2]])))
+    rec.set_spendable(dict(bins.get(SPENDABLE_IN) or {}))
+    log = bins.get(REASSIGNMENTS) or []
+    if log:
+        rec.reassignments = json.dumps(
+            [
+                {"offset": e["offset"], "utxo_hash": hash_to_hex(bytes(e["utxo_hash"])),
+                 "new_utxo_hash": hash_to_hex(bytes(e["new_utxo_hash"])), "block_height": e["block_height"]}
+                for e in log
+            ],
+            separators=(",", ":"),
+        )  # fmt: skip
+    rec.dirty.clear()
+    return rec

@@ -1,0 +1,222 @@
+"""The Python half of the Lua port: each kernel rule as one call of `utxoflow.lua` per record,
+and the codes it returns turned into the kernel's own verdicts (`kernel.verdicts`).
+
+Invariants:
+- A record's rule runs inside the server under the record's lock (a UDF), so per record it is
+  atomic; nothing here reads a record to decide a rule.
+- A transaction's spend is all or nothing across its parents' records: each parent's inputs
+  are spent in one call, and when any parent refuses, the inputs newly spent on the others are
+  taken back (`take_back`, which reverts a slot only while it still holds this spender's data).
+  A process that dies between the two leaves spends that the transaction's next attempt (the
+  task is delivered again) either completes or takes back — never a spend by someone else.
+- Output `vout` lives in record (txid, vout // batch_size); its slot is vout % batch_size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from chain import Tx
+from stores.utxo.aerospike.client import Connection
+from stores.utxo.errors import Outpoint, ProcessingError, SpendRejected, UtxoError
+from stores.utxo.kernel import verdicts
+from stores.utxo.kernel.spend import NO_IGNORE, Ignore, expected_hash
+from stores.utxo.records import Spend, SpendInfo, SpendStatus
+
+Ctx = str  # "spend", "unspend", "verify" (freeze / unfreeze / reassign), "freeze"
+
+
+def verdict(
+    res: Mapping[str, Any],
+    op: Outpoint,
+    ctx: Ctx,
+    *,
+    want: bytes | None = None,
+    spender: bytes = b"",
+    vin: int = 0,
+    height: int = 0,
+) -> UtxoError:
+    """The kernel's error for a code the Lua module returned about output `op`."""
+    code = res["code"]
+    if code == "TX_NOT_FOUND":
+        return verdicts.tx_not_found(op, parent=ctx == "spend")
+    if code == "TX_CREATING":
+        return verdicts.tx_creating(op, parent=ctx == "spend")
+    if code == "TX_CONFLICTING":
+        return verdicts.tx_conflicting(op)
+    if code == "TX_LOCKED":
+        return verdicts.tx_locked(op)
+    if code == "TX_COINBASE_IMMATURE":
+        return verdicts.coinbase_immature(op, res["spendable_at"], height)
+    if code == "UTXO_NOT_FOUND":
+        return verdicts.utxo_not_found(op)
+    if code == "UTXO_HASH_MISMATCH":
+        assert want is not None
+        stored = bytes(res["stored"]) if ctx == "spend" else None
+        return verdicts.mismatch(op, want, stored, spend=ctx == "spend")
+    if code == "UTXO_FROZEN":
+        if "until" in res:
+            return verdicts.reassigned(op, res["until"] - 1)
+        return verdicts.frozen(op, unspend=ctx == "unspend")
+    if code == "INVALID_SPEND":
+        return verdicts.invalid_spend(op, spender)
+    if code == "UTXO_SPENT":
+        return verdicts.spent(op, bytes(res["spending_txid"]), res["spending_vin"], freeze=ctx == "freeze")
+    if code == "SPENT_TWICE":
+        return verdicts.spent_twice(op, spender, res["first"], vin)
+    if code == "UTXO_ALREADY_FROZEN":
+        return verdicts.already_frozen(op)
+    if code == "UTXO_NOT_FROZEN":
+        return verdicts.not_frozen(op)
+    return ProcessingError(
+        f"the store's rules returned an unknown code {code!r} for output {op}", outpoint=op
+    )
+
+
+class Rules:
+    """The kernel's rules on one Aerospike namespace and set."""
+
+    def __init__(self, conn: Connection, batch_size: int, retention: int) -> None:
+        self.conn = conn
+        self.batch_size = batch_size
+        self.retention = retention
+
+    def where(self, op: Outpoint) -> tuple[tuple[str, str, bytes], int]:
+        """(the key of the record holding output `op`, its slot there)."""
+        page, slot = divmod(op[1], self.batch_size)
+        return self.conn.key(op[0], page), slot
+
+    def _call(self, op: Outpoint, function: str, args: Any, missing: Any) -> Any:
+        """`function` on the record of `op`'s output, with `args(slot)`. A child page that does
+        not exist sends the call to the master with a slot past its end, so that the master's
+        record-level rules speak first and the output is then not found (`missing(result)`
+        tells a missing record)."""
+        key, slot = self.where(op)
+        res = self.conn.apply(key, function, args(slot))
+        if slot != op[1] and missing(res):
+            res = self.conn.apply(self.conn.key(op[0]), function, args(op[1]))
+        return res
+
+    # -- spends -----------------------------------------------------------------------------
+    def spend_tx(
+        self,
+        tx: Tx,
+        height: int,
+        dah_height: int,
+        ignore: Ignore = NO_IGNORE,
+        skip_missing: bool = False,
+    ) -> list[Spend] | SpendRejected:
+        """`kernel.spend.spend_tx` over the records of `tx`'s parents (see the invariants)."""
+        txid = tx.txid
+        groups: dict[tuple[str, str, bytes], list[tuple[int, int, Outpoint, bytes | None]]] = {}
+        for vin, i in enumerate(tx.inputs):
+            op = (i.prev_txid, i.prev_vout)
+            key, slot = self.where(op)
+            groups.setdefault(key, []).append((vin, slot, op, expected_hash(tx, vin)))
+        spends: list[Spend] = []
+        errors: list[tuple[int, UtxoError]] = []
+        done: list[tuple[tuple[str, str, bytes], list[Any]]] = []
+        common = [txid, height, int(ignore.conflicting), int(ignore.locked), dah_height, self.retention]
+        for key, items in groups.items():
+            res = self.conn.apply(key, "spend", [[[s, op[1], w, v] for v, s, op, w in items], *common])
+            if res.get("code") == "TX_NOT_FOUND" and len(key[2]) > 32:  # no such page: see `_call`
+                items = [(v, op[1], op, w) for v, _s, op, w in items]
+                key = self.conn.key(key[2][:32])
+                res = self.conn.apply(key, "spend", [[[s, op[1], w, v] for v, s, op, w in items], *common])
+            if "code" in res:  # the record refused every input on it
+                if res["code"] == "TX_NOT_FOUND" and skip_missing:
+                    continue
+                errors += [
+                    (vin, verdict(res, op, "spend", want=want, spender=txid, vin=vin, height=height))
+                    for vin, _slot, op, want in items
+                ]
+                continue
+            if "errors" in res:
+                for k, e in res["errors"]:
+                    vin, _slot, op, want = items[k]
+                    errors.append(
+                        (vin, verdict(e, op, "spend", want=want, spender=txid, vin=vin, height=height))
+                    )
+                continue
+            for (vin, _slot, op, _want), h in zip(items, res["hashes"]):
+                spends.append(Spend(op[0], op[1], bytes(h), txid, vin))
+            fresh = res["fresh"]
+            if fresh:
+                undo = [[items[k][1], txid + items[k][0].to_bytes(4, "little")] for k in fresh]
+                done.append((key, [undo, res.get("dah_was"), res.get("dah")]))
+        if errors:
+            for key, args in done:
+                self.conn.apply(key, "take_back", args)
+            return SpendRejected(txid, sorted(errors, key=lambda e: e[0]))
+        spends.sort(key=lambda s: s.spending_vin)
+        return spends
+
+    def unspend(self, op: Outpoint, want: bytes, dah_height: int) -> UtxoError | None:
+        res = self._call(
+            op,
+            "unspend",
+            lambda slot: [[[slot, want]], dah_height, self.retention],
+            lambda r: r["results"][0] != 0 and r["results"][0]["code"] == "TX_NOT_FOUND",
+        )
+        out = res["results"][0]
+        return None if out == 0 else verdict(out, op, "unspend", want=want)
+
+    def get_spend(self, op: Outpoint, want: bytes, tip: int) -> SpendInfo:
+        res = self._call(
+            op, "get_spend", lambda slot: [slot, op[1], want, tip], lambda r: r["status"] == "NOT_FOUND"
+        )
+        status = res["status"]
+        if status == "MISMATCH":
+            raise verdicts.mismatch(op, want, bytes(res["stored"]))
+        if status == "SPENT":
+            return SpendInfo(SpendStatus.SPENT, bytes(res["spending_txid"]), res["spending_vin"])
+        if status == "FROZEN":
+            return SpendInfo(SpendStatus.FROZEN, b"\xff" * 32, op[1])
+        if status == "IMMATURE":
+            return SpendInfo(SpendStatus.IMMATURE, until=res["until"])
+        return SpendInfo(SpendStatus[status])
+
+    # -- the alert system ---------------------------------------------------------------------
+    def alert(
+        self,
+        what: str,
+        op: Outpoint,
+        want: bytes,
+        new_hash: bytes | None = None,
+        tip: int = 0,
+        delay: int = 0,
+    ) -> UtxoError | None:
+        """freeze / unfreeze / reassign one output (`kernel.outputs`)."""
+        res = self._call(
+            op,
+            "alert",
+            lambda slot: [what, slot, op[1], want, new_hash, tip, delay],
+            lambda r: r != 0 and r["code"] == "TX_NOT_FOUND",
+        )
+        if res == 0:
+            return None
+        return verdict(res, op, "freeze" if what == "freeze" else "verify", want=want)
+
+    # -- record state ---------------------------------------------------------------------------
+    def set_mined(
+        self, txid: bytes, block: tuple[int, int, int], on_longest: bool, unset: bool, height: int
+    ) -> list[int] | None:
+        """The record's block ids after the change; None: no such record."""
+        res = self.conn.apply(
+            self.conn.key(txid),
+            "set_mined",
+            [block[0], block[1], block[2], int(on_longest), int(unset), height, self.retention],
+        )
+        return None if "code" in res else list(res["blocks"])
+
+    def set_state(self, txid: bytes, what: str, value: int, height: int) -> bool:
+        """longest / locked / conflicting / preserve / expire (see the Lua module); False: no
+        such record."""
+        res = self.conn.apply(self.conn.key(txid), "set_state", [what, value, height, self.retention])
+        return res == 0
+
+    def add_child(self, txid: bytes, which: str, child: bytes) -> bool | None:
+        """List `child` on `which` ("conflicting" or "deleted"); None: no such record."""
+        res = self.conn.apply(self.conn.key(txid), "add_child", [which, child])
+        return None if isinstance(res, dict) else res == 1

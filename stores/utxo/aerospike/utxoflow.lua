@@ -1,0 +1,604 @@
+-- utxoflow.lua: the record kernel (stores/utxo/kernel) ported to Aerospike record UDFs.
+--
+-- Each function here is one rule of the kernel applied to one record, read and written by the
+-- server under the record's lock: the Python module named beside each is the specification,
+-- and tests/stores/test_lua_parity.py runs the same cases through both so they cannot drift.
+-- The functions return codes and data, never message text: the Python side builds the errors
+-- (stores/utxo/errors.py) so that every backend words them alike.
+--
+-- Invariants (as the kernel's, per record):
+-- * `utxos` is packed 68-byte slots: UTXO hash (all zero: no slot) then spending data (all
+--   zero: unspent; all 0xFF: frozen; else spending txid .. vin LE u32).
+-- * `spentUtxos` counts this record's slots holding spending data. A master's whole-tx count
+--   adds `pageSpent` (page -> {generation, spent} as each child page last reported it), so
+--   that a page's report is idempotent and an older report never overwrites a newer one.
+-- * Flags are integers 0/1 (Lua's 0 is true: always compare with 1); an absent bin is 0/nil.
+-- * A function writes only when something changed, and everything it changed in one update.
+
+local SLOT = 68
+local HASH = 32
+local ZERO32 = string.rep("\0", 32)
+local UNSPENT = string.rep("\0", 36)
+local FROZEN = string.rep("\255", 36)
+
+local get_string = bytes.get_string
+local bsize = bytes.size
+
+-- a bytes value as a Lua string (nil stays nil)
+local function str(b)
+    if b == nil then
+        return nil
+    end
+    local n = bsize(b)
+    if n == 0 then
+        return ""
+    end
+    return get_string(b, 1, n)
+end
+
+-- a Lua string as an Aerospike bytes value
+local function bytes_of(s)
+    local b = bytes(#s)
+    if #s > 0 then
+        bytes.set_string(b, 1, s)
+    end
+    return b
+end
+
+local function flag(rec, name)
+    return rec[name] == 1
+end
+
+local function list_len(l)
+    if l == nil then
+        return 0
+    end
+    return list.size(l)
+end
+
+-- kernel.record.Record.mined: in a block, and not marked off the longest chain
+local function mined(rec)
+    return rec["unminedSince"] == nil and list_len(rec["blockIDs"]) > 0
+end
+
+-- the whole transaction's spent count (see the invariants)
+local function spent_total(rec)
+    local n = rec["spentUtxos"] or 0
+    local pages = rec["pageSpent"]
+    if pages ~= nil then
+        for _, v in map.pairs(pages) do
+            n = n + v[2]
+        end
+    end
+    return n
+end
+
+-- kernel.dah.due: the delete-at-height a record carries after a change at `height`
+local function due(rec, height, retention)
+    local current = rec["deleteAtHeight"]
+    if retention <= 0 or rec["preserveUntil"] ~= nil then
+        return current
+    end
+    local new = height + retention
+    if flag(rec, "conflicting") then
+        if current == nil then
+            return new
+        end
+        return current
+    end
+    if spent_total(rec) >= (rec["recordUtxos"] or 0) and mined(rec) then
+        if current == nil or current < new then
+            return new
+        end
+        return current
+    end
+    return nil
+end
+
+-- kernel.dah.apply_dah (child pages carry no DAH: their master decides for the whole tx)
+local function apply_dah(rec, height, retention)
+    if (rec["page"] or 0) ~= 0 then
+        return false
+    end
+    local dah = due(rec, height, retention)
+    if dah ~= rec["deleteAtHeight"] then
+        rec["deleteAtHeight"] = dah
+        return true
+    end
+    return false
+end
+
+local function err(code)
+    local m = map()
+    m["code"] = code
+    return m
+end
+
+-- the slot of output index `slot` in this record: its byte offset (0-based), or nil when the
+-- record has no such slot (kernel.record.Record.locate)
+local function locate(s, slot)
+    local off = slot * SLOT
+    if slot < 0 or off + SLOT > #s or string.sub(s, off + 1, off + HASH) == ZERO32 then
+        return nil
+    end
+    return off
+end
+
+-- kernel.spend.record_error: the record-level rules of a spend at `height`
+local function record_error(rec, height, ign_conflicting, ign_locked)
+    if flag(rec, "creating") then
+        return err("TX_CREATING")
+    end
+    if flag(rec, "conflicting") and ign_conflicting ~= 1 then
+        return err("TX_CONFLICTING")
+    end
+    if flag(rec, "locked") and ign_locked ~= 1 then
+        return err("TX_LOCKED")
+    end
+    local sh = rec["spendingHeight"] or 0
+    if flag(rec, "coinbase") and sh > height then
+        local e = err("TX_COINBASE_IMMATURE")
+        e["spendable_at"] = sh
+        return e
+    end
+    return nil
+end
+
+local function is_deleted_child(rec, txid)
+    local dc = str(rec["deletedChildren"])
+    if dc == nil then
+        return false
+    end
+    for i = 1, #dc, 32 do
+        if string.sub(dc, i, i + 31) == txid then
+            return true
+        end
+    end
+    return false
+end
+
+local function spendable_until(rec, vout)
+    local m = rec["spendableIn"]
+    if m == nil then
+        return nil
+    end
+    return m[vout]
+end
+
+-- kernel.spend.spend_tx for the inputs of one transaction that spend this record:
+-- items = list of {slot, vout, want (bytes or nil), vin}; spender = the spending txid.
+-- All or nothing: any failing item → {errors = list of {index, error}}, nothing written.
+-- Else {fresh = the indexes newly spent (the others were this spender's already), hashes = each
+-- item's UTXO hash, spent, gen}.
+function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_height, retention)
+    if not aerospike:exists(rec) then
+        return err("TX_NOT_FOUND")
+    end
+    local rerr = record_error(rec, height, ign_conflicting, ign_locked)
+    if rerr ~= nil then
+        return rerr
+    end
+    local ub = rec["utxos"]
+    local s = str(ub) or ""
+    local spender = str(spender_b)
+    local errors = list()
+    local fresh = list()
+    local hashes = list()
+    local writes = {}
+    local seen = {}
+    for i = 1, list.size(items) do
+        local it = items[i]
+        local slot, vout, want, vin = it[1], it[2], str(it[3]), it[4]
+        local mine = spender .. string.pack("<I4", vin)
+        local e = nil
+        local off = locate(s, slot)
+        local data = nil
+        if off == nil then
+            e = err("UTXO_NOT_FOUND")
+        elseif want ~= nil and string.sub(s, off + 1, off + HASH) ~= want then
+            e = err("UTXO_HASH_MISMATCH")
+            e["stored"] = bytes_of(string.sub(s, off + 1, off + HASH))
+        else
+            local until_h = spendable_until(rec, vout)
+            if until_h ~= nil and until_h >= height then
+                e = err("UTXO_FROZEN")
+                e["until"] = until_h + 1
+            else
+                data = string.sub(s, off + HASH + 1, off + SLOT)
+                if data == UNSPENT then
+                    e = nil
+                elseif data == mine then
+                    if is_deleted_child(rec, spender) then
+                        e = err("INVALID_SPEND")
+                    end
+                elseif data == FROZEN then
+                    e = err("UTXO_FROZEN")
+                else
+                    e = err("UTXO_SPENT")
+                    e["spending_txid"] = bytes_of(string.sub(data, 1, 32))
+                    e["spending_vin"] = string.unpack("<I4", data, 33)
+                end
+            end
+        end
+        if e == nil then
+            local first = seen[slot]
+            if first ~= nil then
+                e = err("SPENT_TWICE")
+                e["first"] = first
+            else
+                seen[slot] = vin
+            end
+        end
+        if e ~= nil then
+            local pair = list()
+            list.append(pair, i - 1)
+            list.append(pair, e)
+            list.append(errors, pair)
+        else
+            list.append(hashes, bytes_of(string.sub(s, off + 1, off + HASH)))
+            if data == UNSPENT then
+                writes[#writes + 1] = { off, mine }
+                list.append(fresh, i - 1)
+            end
+        end
+    end
+    local out = map()
+    if list.size(errors) > 0 then
+        out["errors"] = errors
+        return out
+    end
+    out["dah_was"] = rec["deleteAtHeight"]
+    if #writes > 0 then
+        for _, w in ipairs(writes) do
+            bytes.set_string(ub, w[1] + HASH + 1, w[2])
+        end
+        rec["utxos"] = ub
+        rec["spentUtxos"] = (rec["spentUtxos"] or 0) + #writes
+        apply_dah(rec, dah_height, retention)
+        aerospike:update(rec)
+    end
+    out["dah"] = rec["deleteAtHeight"]
+    out["fresh"] = fresh
+    out["hashes"] = hashes
+    out["spent"] = rec["spentUtxos"] or 0
+    out["gen"] = record.gen(rec)
+    return out
+end
+
+-- kernel.outputs.verified_slot: the slot's offset, or the error
+local function verified(rec, s, slot, want, creating_ok)
+    if not aerospike:exists(rec) then
+        return nil, err("TX_NOT_FOUND")
+    end
+    if flag(rec, "creating") and not creating_ok then
+        return nil, err("TX_CREATING")
+    end
+    local off = locate(s, slot)
+    if off == nil then
+        return nil, err("UTXO_NOT_FOUND")
+    end
+    if string.sub(s, off + 1, off + HASH) ~= want then
+        return nil, err("UTXO_HASH_MISMATCH")
+    end
+    return off, nil
+end
+
+-- the per-item outcome list of the alert-system and unspend calls: nil (done) or the error
+local function outcome(results, e)
+    if e == nil then
+        list.append(results, 0)
+    else
+        list.append(results, e)
+    end
+end
+
+-- kernel.spend.unspend for each item {slot, want}: the spend is taken back whoever made it
+function unspend(rec, items, dah_height, retention)
+    local results = list()
+    local ub = rec["utxos"]
+    local s = str(ub) or ""
+    local n = 0
+    for i = 1, list.size(items) do
+        local slot, want = items[i][1], str(items[i][2])
+        local off, e = verified(rec, s, slot, want, true)
+        if e == nil then
+            local data = string.sub(s, off + HASH + 1, off + SLOT)
+            if data == FROZEN then
+                e = err("UTXO_FROZEN")
+            elseif data ~= UNSPENT then
+                bytes.set_string(ub, off + HASH + 1, UNSPENT)
+                s = string.sub(s, 1, off + HASH) .. UNSPENT .. string.sub(s, off + SLOT + 1)
+                n = n + 1
+            end
+        end
+        outcome(results, e)
+    end
+    if n > 0 then
+        rec["utxos"] = ub
+        rec["spentUtxos"] = (rec["spentUtxos"] or 0) - n
+        apply_dah(rec, dah_height, retention)
+        aerospike:update(rec)
+    end
+    local out = map()
+    out["results"] = results
+    out["spent"] = rec["spentUtxos"] or 0
+    out["gen"] = record.gen(rec)
+    return out
+end
+
+-- the undo of `spend`'s fresh items {slot, spending data} when another record refused the same
+-- transaction (all or nothing across records): a slot is reverted only while it holds that data,
+-- and the delete-at-height goes back to `dah_was` while it is still the `dah` that spend set
+function take_back(rec, items, dah_was, dah)
+    if not aerospike:exists(rec) then
+        return 0
+    end
+    local ub = rec["utxos"]
+    local s = str(ub) or ""
+    local n = 0
+    for i = 1, list.size(items) do
+        local off = locate(s, items[i][1])
+        if off ~= nil and string.sub(s, off + HASH + 1, off + SLOT) == str(items[i][2]) then
+            bytes.set_string(ub, off + HASH + 1, UNSPENT)
+            n = n + 1
+        end
+    end
+    if n > 0 then
+        rec["utxos"] = ub
+        rec["spentUtxos"] = (rec["spentUtxos"] or 0) - n
+        if rec["deleteAtHeight"] == dah then
+            rec["deleteAtHeight"] = dah_was
+        end
+        aerospike:update(rec)
+    end
+    return n
+end
+
+-- kernel.outputs.freeze / unfreeze / reassign for one output; `op` names which.
+-- reassign: `new_hash` replaces the UTXO hash, spendable from tip + delay + 1, logged.
+function alert(rec, op, slot, vout, want_b, new_hash_b, tip, delay)
+    local ub = rec["utxos"]
+    local s = str(ub) or ""
+    local want = str(want_b)
+    local off, e = verified(rec, s, slot, want, false)
+    if e ~= nil then
+        return e
+    end
+    local data = string.sub(s, off + HASH + 1, off + SLOT)
+    if op == "freeze" then
+        if data == FROZEN then
+            return err("UTXO_ALREADY_FROZEN")
+        end
+        if data ~= UNSPENT then
+            e = err("UTXO_SPENT")
+            e["spending_txid"] = bytes_of(string.sub(data, 1, 32))
+            e["spending_vin"] = string.unpack("<I4", data, 33)
+            return e
+        end
+        bytes.set_string(ub, off + HASH + 1, FROZEN)
+    else
+        if data ~= FROZEN then
+            return err("UTXO_NOT_FROZEN")
+        end
+        bytes.set_string(ub, off + HASH + 1, UNSPENT)
+        if op == "reassign" then
+            bytes.set_string(ub, off + 1, str(new_hash_b))
+            local m = rec["spendableIn"] or map()
+            m[vout] = tip + delay
+            rec["spendableIn"] = m
+            local entry = map()
+            entry["offset"] = vout
+            entry["utxo_hash"] = want_b
+            entry["new_utxo_hash"] = new_hash_b
+            entry["block_height"] = tip
+            local log = rec["reassignments"] or list()
+            list.append(log, entry)
+            rec["reassignments"] = log
+            rec["recordUtxos"] = (rec["recordUtxos"] or 0) + 1
+        end
+    end
+    rec["utxos"] = ub
+    aerospike:update(rec)
+    return 0
+end
+
+-- kernel.spend.spend_status: what a spend of output `slot` in the next block would meet
+function get_spend(rec, slot, vout, want_b, tip)
+    local m = map()
+    if not aerospike:exists(rec) then
+        m["status"] = "NOT_FOUND"
+        return m
+    end
+    if flag(rec, "creating") then
+        m["status"] = "LOCKED"
+        return m
+    end
+    local s = str(rec["utxos"]) or ""
+    local off = locate(s, slot)
+    if off == nil then
+        m["status"] = "NOT_FOUND"
+        return m
+    end
+    if string.sub(s, off + 1, off + HASH) ~= str(want_b) then
+        m["status"] = "MISMATCH"
+        m["stored"] = bytes_of(string.sub(s, off + 1, off + HASH))
+        return m
+    end
+    if flag(rec, "locked") then
+        m["status"] = "LOCKED"
+        return m
+    end
+    if flag(rec, "conflicting") then
+        m["status"] = "CONFLICTING"
+        return m
+    end
+    local data = string.sub(s, off + HASH + 1, off + SLOT)
+    if data == FROZEN then
+        m["status"] = "FROZEN"
+        return m
+    end
+    local until_h = spendable_until(rec, vout)
+    if until_h ~= nil and until_h > tip then
+        m["status"] = "IMMATURE"
+        m["until"] = until_h + 1
+        return m
+    end
+    if data ~= UNSPENT then
+        m["status"] = "SPENT"
+        m["spending_txid"] = bytes_of(string.sub(data, 1, 32))
+        m["spending_vin"] = string.unpack("<I4", data, 33)
+        return m
+    end
+    local sh = rec["spendingHeight"] or 0
+    if flag(rec, "coinbase") and sh > tip + 1 then
+        m["status"] = "IMMATURE"
+        m["until"] = sh
+        return m
+    end
+    m["status"] = "OK"
+    return m
+end
+
+local function block_ids(rec)
+    local ids = list()
+    local l = rec["blockIDs"]
+    if l ~= nil then
+        for i = 1, list.size(l) do
+            list.append(ids, l[i])
+        end
+    end
+    return ids
+end
+
+-- kernel.state.set_mined / unset_mined: the record's block ids after the change
+function set_mined(rec, block_id, block_height, subtree, on_longest, unset, height, retention)
+    if not aerospike:exists(rec) then
+        return err("TX_NOT_FOUND")
+    end
+    local ids = rec["blockIDs"] or list()
+    local hs = rec["blockHeights"] or list()
+    local subs = rec["subtreeIdxs"] or list()
+    local at = nil
+    for i = 1, list.size(ids) do
+        if ids[i] == block_id then
+            at = i
+            break
+        end
+    end
+    if unset == 1 then
+        if at ~= nil then
+            local ni, nh, ns = list(), list(), list()
+            for i = 1, list.size(ids) do
+                if i ~= at then
+                    list.append(ni, ids[i])
+                    list.append(nh, hs[i])
+                    list.append(ns, subs[i])
+                end
+            end
+            ids, hs, subs = ni, nh, ns
+        end
+        if list.size(ids) == 0 then
+            rec["unminedSince"] = height
+        elseif on_longest == 1 then
+            rec["unminedSince"] = nil
+        end
+    else
+        if at == nil then
+            list.append(ids, block_id)
+            list.append(hs, block_height)
+            list.append(subs, subtree)
+        end
+        if on_longest == 1 then
+            rec["unminedSince"] = nil
+        end
+    end
+    rec["blockIDs"] = ids
+    rec["blockHeights"] = hs
+    rec["subtreeIdxs"] = subs
+    rec["locked"] = 0
+    apply_dah(rec, height, retention)
+    aerospike:update(rec)
+    local out = map()
+    out["blocks"] = block_ids(rec)
+    return out
+end
+
+-- kernel.state: the one-flag and preservation changes; `what` names which:
+-- longest (value 1: on the longest chain, else unmined since `height`), locked, conflicting,
+-- preserve (value: the height preserved until), expire (a preservation that ran out)
+function set_state(rec, what, value, height, retention)
+    if not aerospike:exists(rec) then
+        return err("TX_NOT_FOUND")
+    end
+    if what == "longest" then
+        if value == 1 then
+            rec["unminedSince"] = nil
+        else
+            rec["unminedSince"] = height
+        end
+    elseif what == "locked" then
+        rec["locked"] = value
+        if value == 1 then
+            rec["deleteAtHeight"] = nil
+        else
+            apply_dah(rec, height, retention)
+        end
+    elseif what == "conflicting" then
+        rec["conflicting"] = value
+        apply_dah(rec, height, retention)
+    elseif what == "preserve" then
+        rec["preserveUntil"] = value
+        rec["deleteAtHeight"] = nil
+    elseif what == "expire" then
+        rec["preserveUntil"] = nil
+        if retention > 0 and (rec["page"] or 0) == 0 then
+            rec["deleteAtHeight"] = height + retention
+        end
+    else
+        return err("PROCESSING_ERROR")
+    end
+    aerospike:update(rec)
+    return 0
+end
+
+-- kernel.record.Record.add_child: list `txid` on conflictingCs or deletedChildren once
+function add_child(rec, which, txid_b)
+    if not aerospike:exists(rec) then
+        return err("TX_NOT_FOUND")
+    end
+    local name = "deletedChildren"
+    if which == "conflicting" then
+        name = "conflictingCs"
+    end
+    local have = str(rec[name]) or ""
+    local txid = str(txid_b)
+    for i = 1, #have, 32 do
+        if string.sub(have, i, i + 31) == txid then
+            return 0
+        end
+    end
+    rec[name] = bytes_of(have .. txid)
+    aerospike:update(rec)
+    return 1
+end
+
+-- a master takes a child page's spent count as the page reported it at generation `gen`
+-- (a later generation wins), and settles its DAH for the whole transaction
+function page_spent(rec, page, gen, spent, height, retention)
+    if not aerospike:exists(rec) then
+        return err("TX_NOT_FOUND")
+    end
+    local m = rec["pageSpent"] or map()
+    local had = m[page]
+    if had ~= nil and had[1] >= gen then
+        return 0
+    end
+    local v = list()
+    list.append(v, gen)
+    list.append(v, spent)
+    m[page] = v
+    rec["pageSpent"] = m
+    apply_dah(rec, height, retention)
+    aerospike:update(rec)
+    return 1
+end
