@@ -8,7 +8,7 @@ import gc
 
 from chain import Tx, TxIn, parse_tx
 from chain.build import build_tx, p2pkh
-from stores.utxo.sql.create import RecentOutputs
+from stores.utxo.prevouts import RecentOutputs
 
 
 def tx_with(values: list[int], tag: int) -> Tx:

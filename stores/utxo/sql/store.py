@@ -26,7 +26,7 @@ from stores.errors import StorageError
 from stores.sqldb import Database
 from stores.utxo.errors import ProcessingError
 from stores.utxo.external import ExternalTxs
-from stores.utxo.sql.create import RecentOutputs
+from stores.utxo.prevouts import RecentOutputs
 from stores.utxo.sql.snapshot import SnapshotMixin
 
 
