@@ -27,7 +27,13 @@ def new_url(**params: str) -> str:
     return f"aerospike://{HOSTS}/{NAMESPACE}?{query}"
 
 
+def aerospike_host() -> tuple[str, int]:
+    host, port = HOSTS.split(",")[0].rsplit(":", 1)
+    return host, int(port)
+
+
 def drop_set(client: object, url: str) -> None:
-    """Empty the set `url` names (one this test made)."""
+    """Empty the set `url` names (one this test made), and the store's lock and meta sets."""
     set_name = url.split("set=", 1)[1].split("&", 1)[0]
-    client.truncate(NAMESPACE, set_name, 0)  # type: ignore[attr-defined]
+    for name in (set_name, f"{set_name}_lock", f"{set_name}_meta"):
+        client.truncate(NAMESPACE, name, 0)  # type: ignore[attr-defined]

@@ -13,6 +13,7 @@ BACKENDS: dict[str, str] = {
     "postgresql": "stores.utxo.postgresql:PostgresUtxoStore",
     "postgres": "stores.utxo.postgresql:PostgresUtxoStore",
     "postgresql+psycopg": "stores.utxo.postgresql:PostgresUtxoStore",
+    "aerospike": "stores.utxo.aerospike.store:AerospikeUtxoStore",
 }
 
 

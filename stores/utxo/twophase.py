@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from chain import Tx, hash_to_hex
 from stores.blob.protocol import BlobNotFound
 from stores.errors import StorageError, StoreError
+from stores.utxo import validate
 from stores.utxo.errors import TxExists
 from stores.utxo.external import ExternalTxs
 from stores.utxo.kernel import create
@@ -294,6 +295,20 @@ def complete_creation(store: PagedRecords, txid: bytes, block_height: int | None
     write_pages(store, tx, state.missing, frozen)
     log.info("recovered the creation of tx %s (%d missing pages)", hash_to_hex(txid), len(state.missing))
     return commit(store, txid)
+
+
+def begin_paged(store: Any, tx: Tx, block_height: int, batch: Sequence[Tx] = ()) -> Creation:
+    """`UtxoStore.begin_paged` for any store that mixes in `stores.utxo.prevouts` (its `_extend`
+    and `_fees`): the master record as a block's creation makes it, then `begin_creation`."""
+    validate.height("block_height", block_height)
+    refused = create.refusal(tx)
+    if refused is not None:
+        raise refused
+    tx = store._extend([tx], batch).get(tx.txid, tx)
+    rec = master_record(
+        store, tx, block_height, (), locked=False, conflicting=False, frozen=False, fee=store._fees([tx])[0]
+    )
+    return begin_creation(store, tx, rec, False, block_height)
 
 
 def needs_pages(tx: Tx, batch_size: int) -> bool:

@@ -1,7 +1,8 @@
 """Backends under test: every test that takes `store` (or `store_url`) runs on each of them.
 
 PostgreSQL gets a fresh database per test session (created here, dropped at the end); each test
-then starts from empty tables. SQLite gets a new file per test.
+then starts from empty tables. SQLite gets a new file per test. Aerospike (with AEROSPIKE_HOSTS
+set; skipped otherwise) gets a new set per test, truncated after it, and its lock and meta sets.
 """
 
 from __future__ import annotations
@@ -14,20 +15,31 @@ import psycopg
 import pytest
 
 from stores.utxo import UtxoStore, open_utxo_store
+from tests.aerospike_server import aerospike_host, drop_set, needs_aerospike, new_url
 from tests.conftest import BLOB_BACKENDS, new_blob_url
 
-BACKENDS = ["sqlite", "postgresql"]
+BACKENDS = ["sqlite", "postgresql", pytest.param("aerospike", marks=needs_aerospike)]
 
 
 @pytest.fixture(params=BACKENDS)
-def store_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str:
+def store_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Iterator[str]:
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/utxo.db"
+        yield f"sqlite:///{tmp_path}/utxo.db"
+        return
+    if request.param == "aerospike":
+        import aerospike
+
+        url = new_url()
+        yield url
+        client = aerospike.client({"hosts": [aerospike_host()]}).connect()
+        drop_set(client, url)
+        client.close()
+        return
     url: str = request.getfixturevalue("pg_url")
     with psycopg.connect(url, autocommit=True) as conn:
         for table in ("txs", "tx_pages", "tx_creations", "meta", "tx_locks"):
             conn.execute(f"DROP TABLE IF EXISTS {table}")
-    return url
+    yield url
 
 
 @pytest.fixture

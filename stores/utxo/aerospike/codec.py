@@ -48,14 +48,20 @@ BINS: dict[str, str] = {
 BOOLS = frozenset({"creating", "is_coinbase", "locked", "conflicting", "external"})
 BLOCK_BINS = ("blockIDs", "blockHeights", "subtreeIdxs")
 PAGE_SPENT = "pageSpent"
+RAW, RAW_FORMAT = "raw", "rawFormat"  # the transaction (or a snapshot's outputs) when not external
+RAW_NONE, RAW_TX, RAW_OUTPUTS = 0, 1, 2
+# what a child page mirrors of its master: the record-level rules of a spend run on the page
+MIRRORED = ("conflicting", "locked", "is_coinbase", "spending_height", "deleted_children")
 SPENDABLE_IN = "spendableIn"
 REASSIGNMENTS = "reassignments"
 assert all(len(b) <= 15 for b in (*BINS.values(), *BLOCK_BINS, PAGE_SPENT, SPENDABLE_IN, REASSIGNMENTS))
 
 
-def to_bins(rec: Record) -> dict[str, Any]:
-    """Every bin of `rec` (a None field: no bin)."""
+def to_bins(rec: Record, raw_format: int = RAW_NONE, raw: bytes | None = None) -> dict[str, Any]:
+    """Every bin of `rec` (a None field: no bin), with the transaction's bytes if given."""
     bins: dict[str, Any] = {}
+    if raw is not None:
+        bins[RAW], bins[RAW_FORMAT] = raw, raw_format
     for field, name in BINS.items():
         value = getattr(rec, field)
         if value is None:
@@ -80,6 +86,18 @@ def to_bins(rec: Record) -> dict[str, Any]:
                  "new_utxo_hash": bytes.fromhex(e["new_utxo_hash"])[::-1]}
                 for e in log
             ]  # fmt: skip
+    return bins
+
+
+def page_bins(page: Record, master: Record) -> dict[str, Any]:
+    """A child page's bins: its own slots and counts, and what it mirrors of its master."""
+    bins = {
+        "txid": page.txid, "page": page.page, "utxos": bytes(page.utxos), "recordUtxos": page.total_utxos,
+        "spentUtxos": page.spent_utxos, "creating": int(page.creating),
+    }  # fmt: skip
+    for field in MIRRORED:
+        value = getattr(master, field)
+        bins[BINS[field]] = int(value) if field in BOOLS else value
     return bins
 
 

@@ -582,6 +582,21 @@ function add_child(rec, which, txid_b)
     return 1
 end
 
+-- two-phase creation's commit of one record: `creating` cleared (and a master's creation
+-- options dropped); 1 when this call cleared it, 0 when it was clear already
+function clear_creating(rec)
+    if not aerospike:exists(rec) then
+        return err("TX_NOT_FOUND")
+    end
+    if rec["creating"] ~= 1 then
+        return 0
+    end
+    rec["creating"] = 0
+    rec["createOpts"] = nil
+    aerospike:update(rec)
+    return 1
+end
+
 -- a master takes a child page's spent count as the page reported it at generation `gen`
 -- (a later generation wins), and settles its DAH for the whole transaction
 function page_spent(rec, page, gen, spent, height, retention)

@@ -220,22 +220,7 @@ class CreateMixin(SpendMixin, PrevoutsMixin):
                 results[i] = TxExists(f"tx {hash_to_hex(txs[i].txid)} already exists", txid=txs[i].txid)
 
     def begin_paged(self, tx: Tx, block_height: int, batch: Sequence[Tx] = ()) -> twophase.Creation:
-        validate.height("block_height", block_height)
-        refused = create.refusal(tx)
-        if refused is not None:
-            raise refused
-        tx = self._extend([tx], batch).get(tx.txid, tx)
-        rec = twophase.master_record(
-            self,
-            tx,
-            block_height,
-            (),
-            locked=False,
-            conflicting=False,
-            frozen=False,
-            fee=self._fees([tx])[0],
-        )
-        return twophase.begin_creation(self, tx, rec, False, block_height)
+        return twophase.begin_paged(self, tx, block_height, batch)
 
     def _insert_new(
         self,

@@ -14,12 +14,12 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from chain import hash_to_hex, is_data_carrier, utxo_hash
-from stores.utxo import slots, validate
+from chain import hash_to_hex
+from stores.utxo import validate
 from stores.utxo.errors import ProcessingError, TxExists
-from stores.utxo.kernel import create
 from stores.utxo.kernel.record import Record
 from stores.utxo.records import Utxo
+from stores.utxo.snapshot import snapshot_record
 from stores.utxo.sql import codec
 from stores.utxo.sql.create import CreateMixin
 
@@ -105,55 +105,8 @@ class SnapshotMixin(CreateMixin):
     def _snapshot_record(
         self, us: list[Utxo], block_id: int, now: int, height: int, done: list[int]
     ) -> Snapshot:
-        """One snapshot record, checked entry by entry; outputs too large for a record go to the
-        blob store as `.outputs`."""
-        txid = us[0].txid
-        h, coinbase = us[0].height or 0, us[0].coinbase
-        hashes: dict[int, bytes | None] = {}
-        for u in us:
-            validate.hash32("txid", u.txid)
-            validate.number("satoshis", u.satoshis, (1 << 64) - 1)
-            if u.height is not None:
-                validate.height("height", u.height)
-            if (u.height or 0) != h or u.coinbase != coinbase:
-                raise ProcessingError(
-                    f"snapshot entries of tx {hash_to_hex(txid)} disagree on height or coinbase", txid=txid
-                )
-            if type(u.vout) is not int or not 0 <= u.vout <= validate.MAX_VOUT:
-                raise ProcessingError(
-                    f"snapshot output {hash_to_hex(txid)}:{u.vout}: vout out of range "
-                    f"(0…{validate.MAX_VOUT})",
-                    txid=txid,
-                )
-            if u.vout in hashes:
-                raise ProcessingError(f"snapshot lists output {hash_to_hex(txid)}:{u.vout} twice", txid=txid)
-            hashes[u.vout] = (
-                None
-                if is_data_carrier(u.satoshis, u.script)
-                else utxo_hash(txid, u.vout, u.script, u.satoshis)
-            )
-        items = sorted((u.vout, u.satoshis, u.script) for u in us)
-        outputs: bytes | None = slots.encode_outputs(items)
-        raw_format, external = codec.RAW_OUTPUTS, False
-        assert outputs is not None
-        if self.externalize_all or len(outputs) > self.max_tx_size_in_store:
-            self.external.put_outputs(txid, h, coinbase, items)
-            outputs, raw_format, external = None, codec.RAW_NONE, True
-        rec = create.snapshot(
-            txid,
-            hashes,
-            h,
-            coinbase,
-            (block_id, h, 0),
-            batch_size=self.batch_size,
-            retention=self.retention,
-            dah_height=height,
-            created_at=now,
-            external=external,
-        )
-        done[0] += rec.total_utxos
-        done[1] += 1
-        return rec, raw_format, outputs
+        rec, outputs = snapshot_record(self, us, block_id, now, height, done)
+        return rec, codec.RAW_NONE if outputs is None else codec.RAW_OUTPUTS, outputs
 
     def is_empty(self) -> bool:
         """True when the store holds no record at all."""

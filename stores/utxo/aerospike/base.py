@@ -1,0 +1,265 @@
+"""What every part of the Aerospike UTXO store stands on: the connection and the ported rules,
+records read in batches, create-only writes, calls of the Lua module on many records, and the
+store's own values (height, schema, batch size) in one meta record.
+
+Invariants:
+- Records live in the URL's set: a master under its txid, child page k under txid ‖ k (u32
+  LE); two-phase creation's lock records and the meta record live in sets of their own
+  (`<set>_lock`, `<set>_meta`), so that a query of the record set meets only records.
+- A record changes only through the Lua module (one call per record, atomic on the server) or
+  a create-only write; nothing is read, changed in Python and written back.
+- Every client failure is a `StorageError` naming the store's URL without its password.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from stores.errors import StorageError
+from stores.utxo import validate
+from stores.utxo.aerospike import codec
+from stores.utxo.aerospike.client import Connection
+from stores.utxo.aerospike.rules import Rules
+from stores.utxo.external import ExternalTxs
+from stores.utxo.kernel.record import Record
+from stores.utxo.prevouts import RecentOutputs
+
+SCHEMA_VERSION = "utxoflow-aerospike-1"
+META = b"utxoflow-meta"
+Key = tuple[str, str, bytes]
+BATCH = 5000  # keys per batch call: a bounded fan-out, whatever the caller hands in
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def chunked(items: Sequence[Any], n: int = BATCH) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+class AerospikeBase:
+    """State and helpers every concern of the store shares (set up by `AerospikeUtxoStore`)."""
+
+    conn: Connection
+    rules: Rules
+    url: str
+    block_height: int
+    retention: int
+    batch_size: int
+    max_tx_size_in_store: int
+    externalize_all: bool
+    external: ExternalTxs
+    recent: RecentOutputs
+    concurrent_writers = True  # every record is its own lock: writers proceed side by side
+
+    @property
+    def url_safe(self) -> str:
+        return self.conn.url_safe
+
+    def height_for(self, hint: int = 0) -> int:
+        """The height a rule counts from: the caller's or the store's, whichever is higher."""
+        return max(self.block_height, hint)
+
+    def fused(self) -> AbstractContextManager[None]:
+        """No transaction to fuse into: each record's change is atomic by itself."""
+        return _nothing()
+
+    def _fail(self, what: str, e: Exception) -> StorageError:
+        return StorageError(f"{what} on {self.url_safe} failed: {getattr(e, 'msg', e)}")
+
+    # -- keys ---------------------------------------------------------------------------------
+    def key(self, txid: bytes, page: int = 0) -> Key:
+        return self.conn.key(txid, page)
+
+    def lock_key(self, txid: bytes) -> Key:
+        return (self.conn.namespace, f"{self.conn.set}_lock", txid)
+
+    def _meta_key(self) -> Key:
+        return (self.conn.namespace, f"{self.conn.set}_meta", META)
+
+    # -- reads --------------------------------------------------------------------------------
+    def _read_bins(
+        self, keys: Sequence[Key], bins: Sequence[str] | None = None
+    ) -> list[dict[str, Any] | None]:
+        """Each key's bins (only `bins`, if named), None for a missing record; in batches."""
+        from aerospike import exception as aex
+
+        out: list[dict[str, Any] | None] = []
+        try:
+            for part in chunked(keys):
+                client = self.conn.client
+                res = (
+                    client.batch_read(list(part))
+                    if bins is None
+                    else client.batch_read(list(part), list(bins))
+                )
+                for r in res.batch_records:
+                    if r.result == 0 and r.record is not None:
+                        out.append(r.record[2])
+                    elif r.result == 2:  # not found
+                        out.append(None)
+                    else:
+                        raise StorageError(
+                            f"reading records on {self.url_safe} failed: result code {r.result}"
+                        )
+        except aex.AerospikeError as e:
+            raise self._fail("reading records", e) from e
+        return out
+
+    def _masters(self, txids: Sequence[bytes], bins: Sequence[str] | None = None) -> dict[bytes, Record]:
+        """The master records of `txids` that exist (without their pages)."""
+        wanted = list(dict.fromkeys(txids))
+        found = self._read_bins([self.key(t) for t in wanted], bins)
+        return {t: codec.from_bins(b) for t, b in zip(wanted, found) if b is not None}
+
+    def _exists(self, keys: Sequence[Key]) -> list[bool]:
+        return [b is not None for b in self._read_bins(keys, ["page"])]
+
+    # -- writes -------------------------------------------------------------------------------
+    def _create_only(self, items: Sequence[tuple[Key, dict[str, Any]]], ttl: int | None = None) -> list[bool]:
+        """Write each record unless its key exists: per item, whether it was written."""
+        import aerospike
+        from aerospike import exception as aex
+        from aerospike_helpers.batch import records as br
+        from aerospike_helpers.operations import operations as op
+
+        policy = {"exists": aerospike.POLICY_EXISTS_CREATE}
+        meta = {"ttl": ttl} if ttl is not None else None
+        made: list[bool] = []
+        try:
+            for part in chunked(items):
+                writes = br.BatchRecords(
+                    [
+                        br.Write(
+                            key,
+                            [op.write(name, value) for name, value in bins.items()],
+                            meta=meta,
+                            policy=policy,
+                        )
+                        for key, bins in part
+                    ]
+                )
+                res = self.conn.client.batch_write(writes)
+                for r in res.batch_records:
+                    if r.result not in (0, 5):  # 5: the record exists
+                        raise StorageError(
+                            f"writing records on {self.url_safe} failed: result code {r.result}"
+                        )
+                    made.append(r.result == 0)
+        except aex.AerospikeError as e:
+            raise self._fail("writing records", e) from e
+        return made
+
+    def _apply_each(self, calls: Sequence[tuple[Key, str, list[Any]]]) -> list[Any]:
+        """Call the Lua module once per (key, function, args), in batches: each call's result
+        (a missing record's is the function's own answer for it)."""
+        from aerospike import exception as aex
+        from aerospike_helpers.batch import records as br
+
+        out: list[Any] = []
+        try:
+            for part in chunked(calls):
+                batch = br.BatchRecords([br.Apply(key, self.conn.module, fn, args) for key, fn, args in part])
+                done = self.conn.client.batch_write(batch)
+                for r in done.batch_records:
+                    if r.result != 0 or r.record is None:
+                        raise StorageError(f"{part[0][1]} on {self.url_safe} failed: result code {r.result}")
+                    bins = r.record[2]
+                    if "FAILURE" in bins:
+                        raise StorageError(f"{part[0][1]} on {self.url_safe} failed: {bins['FAILURE']}")
+                    out.append(bins.get("SUCCESS"))
+        except aex.AerospikeError as e:
+            raise self._fail("calling the store's rules", e) from e
+        return out
+
+    def _apply_all(self, keys: Sequence[Key], fn: str, args: list[Any]) -> list[Any]:
+        """The same call of the Lua module on many records."""
+        return self._apply_each([(k, fn, args) for k in keys])
+
+    def _remove(self, keys: Sequence[Key]) -> int:
+        """Delete these records; how many existed."""
+        from aerospike import exception as aex
+
+        n = 0
+        try:
+            for part in chunked(keys):
+                res = self.conn.client.batch_remove(list(part))
+                for r in res.batch_records:
+                    if r.result not in (0, 2):
+                        raise StorageError(
+                            f"deleting records on {self.url_safe} failed: result code {r.result}"
+                        )
+                    n += r.result == 0
+        except aex.AerospikeError as e:
+            raise self._fail("deleting records", e) from e
+        return n
+
+    def _query(
+        self, what: str, bins: Sequence[str], where: Any = None, expression: Any = None
+    ) -> Iterator[dict[str, Any]]:
+        """The bins of every record of the set that passes `where` (a secondary-index
+        predicate) and `expression` (a compiled filter), in no particular order."""
+        from aerospike import exception as aex
+
+        q = self.conn.client.query(self.conn.namespace, self.conn.set)
+        q.select(*bins)
+        if where is not None:
+            q.where(where)
+        policy: dict[str, Any] = {"total_timeout": 0}
+        if expression is not None:
+            policy["expressions"] = expression
+        try:
+            found: list[dict[str, Any]] = []
+            q.foreach(lambda rec: found.append(rec[2]), policy)
+        except aex.AerospikeError as e:
+            raise self._fail(what, e) from e
+        yield from found
+
+    # -- the store's own values -----------------------------------------------------------------
+    def _meta(self) -> dict[str, Any]:
+        (bins,) = self._read_bins([self._meta_key()])
+        return bins or {}
+
+    def _set_meta(self, **values: Any) -> None:
+        from aerospike import exception as aex
+
+        try:
+            self.conn.client.put(self._meta_key(), values)
+        except aex.AerospikeError as e:
+            raise self._fail("writing the store's meta record", e) from e
+
+    def set_block_height(self, height: int) -> None:
+        validate.height("block height", height, zero_ok=False)
+        self._set_meta(height=height)
+        self.block_height = height
+
+    def current_height(self) -> int:
+        """The store's height, read afresh (another process may have moved it on)."""
+        self.block_height = max(self.block_height, int(self._meta().get("height", 0)))
+        return self.block_height
+
+    def _check_schema(self, may_create: bool) -> None:
+        """Stamp a new store with SCHEMA_VERSION and its batch size; refuse one of another
+        version or batch size (it decides which record holds which output)."""
+        meta = self._meta()
+        if not meta:
+            if not may_create:
+                raise StorageError(f"no UTXO store at {self.url_safe}")
+            self._set_meta(schema=SCHEMA_VERSION, batchSize=self.batch_size)
+            return
+        if meta.get("schema") != SCHEMA_VERSION:
+            raise StorageError(
+                f"{self.url_safe} holds a UTXO store of schema {meta.get('schema') or 'unversioned'!r}; this "
+                f"version needs {SCHEMA_VERSION!r} (point UTXO_STORE_URL at a new set)"
+            )
+        if int(meta.get("batchSize", self.batch_size)) != self.batch_size:
+            raise StorageError(
+                f"{self.url_safe} was created with UTXO_BATCH_SIZE={meta['batchSize']}; it cannot be opened "
+                f"with {self.batch_size} (outputs would be looked up in the wrong records)"
+            )
+        self.block_height = int(meta.get("height", 0))

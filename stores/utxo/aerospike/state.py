@@ -1,0 +1,9 @@
+"""Record state on Aerospike (being written)."""
+
+from __future__ import annotations
+
+from stores.utxo.aerospike.create import CreateMixin
+
+
+class StateMixin(CreateMixin):
+    pass

@@ -1,0 +1,93 @@
+"""The Aerospike UTXO store (`aerospike://HOST:PORT[,…]/NAMESPACE?set=SET`): every concern of
+the Protocol in its own module, layered (each may use those below it):
+
+    read.py      records, outputs, GetSpend, the UTXO views
+    prune.py     delete-at-height queries and pruning, expired preservations, old unmined
+    state.py     block membership, longest chain, locked, conflicting, preservation
+    spend.py     spends, unspends, freeze / unfreeze / reassign
+    create.py    creating records (one-record, external, multi-record), snapshot imports
+    paged.py     two-phase creation's lock records and the record-level calls it drives
+    base.py      batches of reads, create-only writes and Lua calls; the meta record
+    rules.py     the kernel's rules as calls of the Lua module (`utxoflow.lua`), per record
+    codec.py     the one mapping between bins and `Record`s
+    client.py    the URL, the client, the module's registration
+
+The store's own invariants are base.py's; each module states its own.
+"""
+
+from __future__ import annotations
+
+from stores.blob.protocol import BlobStore
+from stores.utxo.aerospike.client import Connection
+from stores.utxo.aerospike.prune import PruneMixin
+from stores.utxo.aerospike.read import ReadMixin
+from stores.utxo.aerospike.rules import Rules
+from stores.utxo.aerospike.spend import SpendMixin
+from stores.utxo.aerospike.state import StateMixin
+from stores.utxo.external import ExternalTxs
+from stores.utxo.prevouts import RecentOutputs
+
+DAH_INDEX = "{set}_dah"
+
+
+class AerospikeUtxoStore(ReadMixin, PruneMixin, StateMixin, SpendMixin):
+    """Implements `stores.utxo.protocol.UtxoStore` on an Aerospike namespace and set."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        retention: int = 288,
+        batch_size: int = 20000,
+        lock_base_ttl: float = 30.0,
+        lock_per_record_ttl: float = 2.0,
+        lock_max_ttl: float = 300.0,
+        create: bool = True,
+        blob_url: str | None = None,
+        blobs: BlobStore | None = None,
+        max_tx_size_in_store: int = 1 << 20,
+        externalize_all: bool = False,
+        external_cache_bytes: int = 64 << 20,
+    ) -> None:
+        """As `stores.utxo.sql.store.SqlUtxoStore`: `create=False` opens an existing store only;
+        `batch_size` is fixed when the store is created; `retention` 0 means never prune."""
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if retention < 0:
+            raise ValueError(f"retention must be 0 (never prune) or more, got {retention}")
+        self.url = url
+        self.retention = retention
+        self.batch_size = batch_size
+        self.max_tx_size_in_store = max_tx_size_in_store
+        self.externalize_all = externalize_all
+        self.lock_base_ttl = lock_base_ttl
+        self.lock_per_record_ttl = lock_per_record_ttl
+        self.lock_max_ttl = lock_max_ttl
+        self.may_create = create
+        self.block_height = 0
+        self.recent = RecentOutputs()
+        self.conn = Connection(url)
+        try:
+            self.rules = Rules(self.conn, batch_size, retention)
+            self._check_schema(create)
+            self._ensure_index()
+        except BaseException:
+            self.conn.close()
+            raise
+        self.external = ExternalTxs(blobs, external_cache_bytes, blob_url)
+
+    def _ensure_index(self) -> None:
+        """The pruner's secondary index on deleteAtHeight (made once per set; idempotent)."""
+        from aerospike import exception as aex
+
+        name = DAH_INDEX.format(set=self.conn.set)
+        try:
+            self.conn.client.index_integer_create(self.conn.namespace, self.conn.set, "deleteAtHeight", name)
+        except aex.IndexFoundError:
+            pass
+        except aex.AerospikeError as e:
+            raise self._fail("creating the delete-at-height index", e) from e
+
+    def close(self) -> None:
+        self.conn.close()
+        self.external.close()
