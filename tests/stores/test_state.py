@@ -254,9 +254,12 @@ def test_get_spend_statuses(store: UtxoStore) -> None:
 def test_a_store_of_another_schema_is_refused_clearly(store: UtxoStore, store_url: str) -> None:
     from stores.utxo import StorageError, open_utxo_store
 
-    store.db.write(  # type: ignore[attr-defined]
-        "test", lambda cur: cur.execute("UPDATE meta SET value = 'utxoflow-sql-1' WHERE key = 'schema'")
-    )
+    if store_url.startswith("aerospike://"):
+        store._set_meta(schema="utxoflow-sql-1")  # type: ignore[attr-defined]
+    else:
+        store.db.write(  # type: ignore[attr-defined]
+            "test", lambda cur: cur.execute("UPDATE meta SET value = 'utxoflow-sql-1' WHERE key = 'schema'")
+        )
     with pytest.raises(StorageError, match="schema 'utxoflow-sql-1'"):
         open_utxo_store(store_url)
 
@@ -272,6 +275,10 @@ def test_storage_failures_are_storage_errors(tmp_path: object) -> None:
         open_utxo_store(f"sqlite:///{blocked}/sub/utxo.db")
     with pytest.raises(ValueError, match="unknown UTXO store URL scheme"):
         open_utxo_store("mysql://x")
+    with pytest.raises(StorageError, match=r"cannot reach the Aerospike cluster at aerospike://127\.0\.0\.1:1/"):
+        open_utxo_store("aerospike://127.0.0.1:1/test?timeout_ms=500")
+    with pytest.raises(ValueError, match="must name one namespace"):
+        open_utxo_store("aerospike://127.0.0.1:3000/")
 
 
 def test_dah_counts_from_the_higher_of_caller_and_store_height(store: UtxoStore) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from stores.errors import StorageError
 from stores.utxo import validate
 from stores.utxo.aerospike import codec
-from stores.utxo.aerospike.client import Connection
+from stores.utxo.aerospike.client import Connection, Key
 from stores.utxo.aerospike.rules import Rules
 from stores.utxo.external import ExternalTxs
 from stores.utxo.kernel.record import Record
@@ -28,7 +28,6 @@ from stores.utxo.prevouts import RecentOutputs
 
 SCHEMA_VERSION = "utxoflow-aerospike-1"
 META = b"utxoflow-meta"
-Key = tuple[str, str, bytes]
 BATCH = 5000  # keys per batch call: a bounded fan-out, whatever the caller hands in
 
 
@@ -73,14 +72,14 @@ class AerospikeBase:
         return StorageError(f"{what} on {self.url_safe} failed: {getattr(e, 'msg', e)}")
 
     # -- keys ---------------------------------------------------------------------------------
-    def key(self, txid: bytes, page: int = 0) -> Key:
+    def key(self, txid: bytes | bytearray, page: int = 0) -> Key:
         return self.conn.key(txid, page)
 
     def lock_key(self, txid: bytes) -> Key:
-        return (self.conn.namespace, f"{self.conn.set}_lock", txid)
+        return (self.conn.namespace, f"{self.conn.set}_lock", bytearray(txid))
 
     def _meta_key(self) -> Key:
-        return (self.conn.namespace, f"{self.conn.set}_meta", META)
+        return (self.conn.namespace, f"{self.conn.set}_meta", bytearray(META))
 
     # -- reads --------------------------------------------------------------------------------
     def _read_bins(
@@ -128,8 +127,9 @@ class AerospikeBase:
         from aerospike_helpers.batch import records as br
         from aerospike_helpers.operations import operations as op
 
-        policy = {"exists": aerospike.POLICY_EXISTS_CREATE}
-        meta = {"ttl": ttl} if ttl is not None else None
+        policy: dict[str, Any] = {"exists": aerospike.POLICY_EXISTS_CREATE}
+        if ttl is not None:
+            policy["ttl"] = ttl
         made: list[bool] = []
         try:
             for part in chunked(items):
@@ -138,7 +138,6 @@ class AerospikeBase:
                         br.Write(
                             key,
                             [op.write(name, value) for name, value in bins.items()],
-                            meta=meta,
                             policy=policy,
                         )
                         for key, bins in part

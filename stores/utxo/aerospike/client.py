@@ -26,6 +26,7 @@ from stores.errors import StorageError
 from stores.sqldb import mask_url
 
 LUA_SOURCE = Path(__file__).with_name("utxoflow.lua")
+Key = tuple[str, str, bytearray]  # (namespace, set, user key): see `Connection.key`
 DEFAULT_SET = "txs"
 
 
@@ -134,11 +135,13 @@ class Connection:
             raise StorageError(f"cannot register the Lua module at {self.url_safe}: {e.msg}") from e
         return name
 
-    def key(self, txid: bytes, page: int = 0) -> tuple[str, str, bytes]:
-        """A record's key: the txid, with the page index appended for child pages."""
-        return (self.namespace, self.set, txid if page == 0 else txid + page.to_bytes(4, "little"))
+    def key(self, txid: bytes | bytearray, page: int = 0) -> Key:
+        """A record's key: the txid, with the page index appended for child pages. A bytearray:
+        the client takes a `bytes` key for a NUL-terminated string, so two txids that agree up
+        to their first zero byte would be one record (tests/stores/test_aerospike_keys.py)."""
+        return (self.namespace, self.set, bytearray(txid if page == 0 else txid + page.to_bytes(4, "little")))
 
-    def apply(self, key: tuple[str, str, bytes], function: str, args: list[Any]) -> Any:
+    def apply(self, key: Key, function: str, args: list[Any]) -> Any:
         """Call one function of the module on one record."""
         from aerospike import exception as aex
 

@@ -243,7 +243,7 @@ class CreateMixin(PagedMixin, PrevoutsMixin):
             raise
         if not all(made):  # a concurrent creator came first: take back what this import wrote
             self._remove([key for (key, _b), ok in zip(items, made) if ok])
-            t = items[made.index(False)][0][2][:32]
+            t = bytes(items[made.index(False)][0][2][:32])
             raise TxExists(f"snapshot tx {hash_to_hex(t)} already exists", txid=t)
         if height is not None:
             self.set_block_height(height)

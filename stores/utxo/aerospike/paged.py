@@ -64,7 +64,7 @@ class PagedMixin(AerospikeBase):
 
         try:
             self.conn.client.remove(
-                self.lock_key(txid), policy={"gen": aerospike.POLICY_GEN_EQ}, meta={"gen": gen}
+                self.lock_key(txid), policy={"gen": aerospike.POLICY_GEN_EQ, "generation": gen}
             )
         except (aex.RecordNotFound, aex.RecordGenerationError):
             return False

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chain import Tx
-from stores.utxo.aerospike.client import Connection
+from stores.utxo.aerospike.client import Connection, Key
 from stores.utxo.errors import Outpoint, ProcessingError, SpendRejected, UtxoError
 from stores.utxo.kernel import verdicts
 from stores.utxo.kernel.spend import NO_IGNORE, Ignore, expected_hash
@@ -82,21 +82,33 @@ class Rules:
         self.batch_size = batch_size
         self.retention = retention
 
-    def where(self, op: Outpoint) -> tuple[tuple[str, str, bytes], int]:
+    def where(self, op: Outpoint) -> tuple[Key, int]:
         """(the key of the record holding output `op`, its slot there)."""
         page, slot = divmod(op[1], self.batch_size)
         return self.conn.key(op[0], page), slot
 
-    def _call(self, op: Outpoint, function: str, args: Any, missing: Any) -> Any:
+    def _report(self, key: Key, res: Mapping[str, Any], dah_height: int) -> None:
+        """After a change of a child page's slots: its master takes the page's spent count (for
+        the whole transaction's, and its delete-at-height)."""
+        if len(key[2]) > 32 and "gen" in res:
+            page = int.from_bytes(key[2][32:], "little")
+            self.conn.apply(
+                self.conn.key(key[2][:32]),
+                "page_spent",
+                [page, res["gen"], res["spent"], dah_height, self.retention],
+            )
+
+    def _call(self, op: Outpoint, function: str, args: Any, missing: Any) -> tuple[Key, Any]:
         """`function` on the record of `op`'s output, with `args(slot)`. A child page that does
         not exist sends the call to the master with a slot past its end, so that the master's
         record-level rules speak first and the output is then not found (`missing(result)`
-        tells a missing record)."""
+        tells a missing record). (the key it ran on, its result)"""
         key, slot = self.where(op)
         res = self.conn.apply(key, function, args(slot))
         if slot != op[1] and missing(res):
-            res = self.conn.apply(self.conn.key(op[0]), function, args(op[1]))
-        return res
+            key = self.conn.key(op[0])
+            res = self.conn.apply(key, function, args(op[1]))
+        return key, res
 
     # -- spends -----------------------------------------------------------------------------
     def spend_tx(
@@ -109,16 +121,18 @@ class Rules:
     ) -> list[Spend] | SpendRejected:
         """`kernel.spend.spend_tx` over the records of `tx`'s parents (see the invariants)."""
         txid = tx.txid
-        groups: dict[tuple[str, str, bytes], list[tuple[int, int, Outpoint, bytes | None]]] = {}
+        groups: dict[tuple[bytes, int], list[tuple[int, int, Outpoint, bytes | None]]] = {}
+        size = self.batch_size
         for vin, i in enumerate(tx.inputs):
             op = (i.prev_txid, i.prev_vout)
-            key, slot = self.where(op)
-            groups.setdefault(key, []).append((vin, slot, op, expected_hash(tx, vin)))
+            page, slot = divmod(op[1], size)
+            groups.setdefault((op[0], page), []).append((vin, slot, op, expected_hash(tx, vin)))
         spends: list[Spend] = []
         errors: list[tuple[int, UtxoError]] = []
-        done: list[tuple[tuple[str, str, bytes], list[Any]]] = []
+        done: list[tuple[Key, list[Any]]] = []
         common = [txid, height, int(ignore.conflicting), int(ignore.locked), dah_height, self.retention]
-        for key, items in groups.items():
+        for (parent, page), items in groups.items():
+            key = self.conn.key(parent, page)
             res = self.conn.apply(key, "spend", [[[s, op[1], w, v] for v, s, op, w in items], *common])
             if res.get("code") == "TX_NOT_FOUND" and len(key[2]) > 32:  # no such page: see `_call`
                 items = [(v, op[1], op, w) for v, _s, op, w in items]
@@ -145,25 +159,27 @@ class Rules:
             if fresh:
                 undo = [[items[k][1], txid + items[k][0].to_bytes(4, "little")] for k in fresh]
                 done.append((key, [undo, res.get("dah_was"), res.get("dah")]))
+                self._report(key, res, dah_height)
         if errors:
             for key, args in done:
-                self.conn.apply(key, "take_back", args)
+                self._report(key, self.conn.apply(key, "take_back", args), dah_height)
             return SpendRejected(txid, sorted(errors, key=lambda e: e[0]))
         spends.sort(key=lambda s: s.spending_vin)
         return spends
 
     def unspend(self, op: Outpoint, want: bytes, dah_height: int) -> UtxoError | None:
-        res = self._call(
+        key, res = self._call(
             op,
             "unspend",
             lambda slot: [[[slot, want]], dah_height, self.retention],
             lambda r: r["results"][0] != 0 and r["results"][0]["code"] == "TX_NOT_FOUND",
         )
         out = res["results"][0]
+        self._report(key, res, dah_height)
         return None if out == 0 else verdict(out, op, "unspend", want=want)
 
     def get_spend(self, op: Outpoint, want: bytes, tip: int) -> SpendInfo:
-        res = self._call(
+        _key, res = self._call(
             op, "get_spend", lambda slot: [slot, op[1], want, tip], lambda r: r["status"] == "NOT_FOUND"
         )
         status = res["status"]
@@ -188,15 +204,17 @@ class Rules:
         delay: int = 0,
     ) -> UtxoError | None:
         """freeze / unfreeze / reassign one output (`kernel.outputs`)."""
-        res = self._call(
+        key, res = self._call(
             op,
             "alert",
             lambda slot: [what, slot, op[1], want, new_hash, tip, delay],
             lambda r: r != 0 and r["code"] == "TX_NOT_FOUND",
         )
-        if res == 0:
-            return None
-        return verdict(res, op, "freeze" if what == "freeze" else "verify", want=want)
+        if res != 0:
+            return verdict(res, op, "freeze" if what == "freeze" else "verify", want=want)
+        if what == "reassign" and len(key[2]) > 32:  # the master keeps the log and count
+            self.conn.apply(self.conn.key(op[0]), "note_reassign", [op[1], want, new_hash, tip, delay])
+        return None
 
     # -- record state ---------------------------------------------------------------------------
     def set_mined(

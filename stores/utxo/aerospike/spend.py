@@ -1,9 +1,115 @@
-"""Spends on Aerospike (being written)."""
+"""Spends on Aerospike: spend, unspend, freeze / unfreeze / reassign — each the kernel's rule run
+by the Lua module on the records it touches (`rules.Rules`).
+
+Invariants:
+- A spend is judged at the caller's height (its block's); the delete-at-height counts from the
+  higher of that and the store's (as on SQL).
+- A transaction's spend is all or nothing across its parents (`rules.Rules.spend_tx`); the
+  transactions of one call are spent in order, so a later one sees the earlier ones' spends.
+- An input whose parent is gone is skipped when the call allows missing parents, or when the
+  spending transaction's own record vouches for it (`kernel.spend.blesses`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from chain import Tx
+from stores.utxo import validate
 from stores.utxo.aerospike.create import CreateMixin
+from stores.utxo.errors import Outpoint, ProcessingError, UtxoError
+from stores.utxo.kernel import outputs, verdicts
+from stores.utxo.kernel.spend import NO_IGNORE, Ignore, blesses
+from stores.utxo.records import Spend
+
+NO_HASH = b"\x00" * 32
 
 
 class SpendMixin(CreateMixin):
-    pass
+    def spend(self, tx: Tx, block_height: int, ignore: Ignore = NO_IGNORE) -> list[Spend]:
+        (r,) = self.spend_many([tx], block_height, ignore=ignore)
+        if isinstance(r, UtxoError):
+            raise r
+        return r
+
+    def spend_many(
+        self, txs: Sequence[Tx], block_height: int, missing_ok: bool = False, ignore: Ignore = NO_IGNORE
+    ) -> list[list[Spend] | UtxoError]:
+        """Spend every input of each tx at `block_height`, all or nothing per tx. With
+        `missing_ok`, an input whose parent record the store does not hold is left out."""
+        validate.height("block_height", block_height)
+        batch = list(txs)
+        height = self.height_for(block_height)
+        blessed: set[bytes] = set()
+        if not missing_ok:
+            parents = sorted({i.prev_txid for t in batch for i in t.inputs} - {NO_HASH})
+            gone = {p for p, there in zip(parents, self._exists([self.key(p) for p in parents])) if not there}
+            if gone:  # spenders of a parent that is gone: their own record may vouch for them
+                spenders = [t.txid for t in batch if any(i.prev_txid in gone for i in t.inputs)]
+                own = self._masters(spenders, ["conflicting", "txid"])
+                blessed = {t for t, rec in own.items() if blesses(rec)}
+        out: list[list[Spend] | UtxoError] = []
+        for tx in batch:
+            if tx.is_coinbase:
+                out.append([])  # a coinbase spends nothing
+                continue
+            out.append(
+                self.rules.spend_tx(
+                    tx, block_height, height, ignore, skip_missing=missing_ok or tx.txid in blessed
+                )
+            )
+        return out
+
+    def unspend(self, spends: Sequence[Spend], lock_parents: bool = False) -> list[UtxoError | None]:
+        """Take back each spend of an output whose UTXO hash is the one given, whoever made it;
+        `lock_parents` locks every parent touched (a conflict being swapped)."""
+        validate.outpoints((s.txid, s.vout) for s in spends)
+        for s in spends:
+            validate.hash32("utxo_hash", s.utxo_hash)
+        height = self.height_for()
+        out = [self.rules.unspend((s.txid, s.vout), s.utxo_hash, height) for s in spends]
+        if lock_parents:
+            parents = list(dict.fromkeys(s.txid for s in spends))
+            there = [p for p, ok in zip(parents, self._exists([self.key(p) for p in parents])) if ok]
+            self._set_flag(there, "locked", 1, height)
+        return out
+
+    def _set_flag(self, txids: Sequence[bytes], what: str, value: int, height: int) -> list[bool]:
+        """`set_state` of the Lua module on each master, and on its child pages for the fields
+        pages mirror (locked, conflicting); per txid, whether its record exists."""
+        found = self._masters(txids, ["totalExtraRecs", "txid"])
+        done = self._apply_all(
+            [self.key(t) for t in txids], "set_state", [what, value, height, self.retention]
+        )
+        if what in ("locked", "conflicting"):
+            pages = [self.key(t, k) for t, rec in found.items() for k in range(1, rec.total_extra_recs + 1)]
+            self._apply_all(pages, "set_state", [what, value, height, 0])
+        return [r == 0 for r in done]
+
+    # -- freeze / unfreeze / reassign -----------------------------------------------------------
+    def _per_output(self, what: str, items: Sequence[tuple[Outpoint, bytes]]) -> list[UtxoError | None]:
+        validate.outpoints(op for op, _h in items)
+        for _op, h in items:
+            validate.hash32("utxo_hash", h)
+        return [self.rules.alert(what, op, h) for op, h in items]
+
+    def freeze(self, items: Sequence[tuple[Outpoint, bytes]]) -> list[UtxoError | None]:
+        return self._per_output("freeze", items)
+
+    def unfreeze(self, items: Sequence[tuple[Outpoint, bytes]]) -> list[UtxoError | None]:
+        return self._per_output("unfreeze", items)
+
+    def reassign(self, outpoint: Outpoint, utxo_hash: bytes, new_utxo_hash: bytes) -> None:
+        validate.outpoints([outpoint])
+        validate.hash32("utxo_hash", utxo_hash)
+        validate.hash32("new_utxo_hash", new_utxo_hash)
+        self.current_height()  # the delay counts from the store's tip: another worker may have moved it
+        if self.block_height <= 0:
+            raise ProcessingError("reassign needs the current block height (set_block_height)")
+        if new_utxo_hash == NO_HASH:
+            raise verdicts.no_new_hash(outpoint)
+        err = self.rules.alert(
+            "reassign", outpoint, utxo_hash, new_utxo_hash, self.block_height, outputs.REASSIGN_DELAY
+        )
+        if err is not None:
+            raise err

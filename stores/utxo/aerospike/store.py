@@ -17,6 +17,8 @@ The store's own invariants are base.py's; each module states its own.
 
 from __future__ import annotations
 
+from typing import Any
+
 from stores.blob.protocol import BlobStore
 from stores.utxo.aerospike.client import Connection
 from stores.utxo.aerospike.prune import PruneMixin
@@ -27,7 +29,7 @@ from stores.utxo.aerospike.state import StateMixin
 from stores.utxo.external import ExternalTxs
 from stores.utxo.prevouts import RecentOutputs
 
-DAH_INDEX = "{set}_dah"
+DAH_INDEX = "utxoflow_dah"  # (per namespace: its records in every set)
 
 
 class AerospikeUtxoStore(ReadMixin, PruneMixin, StateMixin, SpendMixin):
@@ -77,12 +79,23 @@ class AerospikeUtxoStore(ReadMixin, PruneMixin, StateMixin, SpendMixin):
         self.external = ExternalTxs(blobs, external_cache_bytes, blob_url)
 
     def _ensure_index(self) -> None:
-        """The pruner's secondary index on deleteAtHeight (made once per set; idempotent)."""
+        """The pruner's secondary index on deleteAtHeight: one for the whole namespace (every
+        set's records; a query of one set uses it), made once. Creating blocks until the index
+        is built, so an existing one is looked for first."""
+        import aerospike
         from aerospike import exception as aex
 
-        name = DAH_INDEX.format(set=self.conn.set)
+        client = self.conn.client
         try:
-            self.conn.client.index_integer_create(self.conn.namespace, self.conn.set, "deleteAtHeight", name)
+            listed = "".join(
+                str(v[1]) for v in client.info_all(f"sindex-list:ns={self.conn.namespace}").values()
+            )
+            if f"indexname={DAH_INDEX}:" in listed:
+                return
+            no_set: Any = None  # (the client's stubs say str; None is every set)
+            client.index_single_value_create(
+                self.conn.namespace, no_set, "deleteAtHeight", aerospike.INDEX_NUMERIC, DAH_INDEX
+            )
         except aex.IndexFoundError:
             pass
         except aex.AerospikeError as e:

@@ -9,9 +9,10 @@
 -- Invariants (as the kernel's, per record):
 -- * `utxos` is packed 68-byte slots: UTXO hash (all zero: no slot) then spending data (all
 --   zero: unspent; all 0xFF: frozen; else spending txid .. vin LE u32).
--- * `spentUtxos` counts this record's slots holding spending data. A master's whole-tx count
---   adds `pageSpent` (page -> {generation, spent} as each child page last reported it), so
---   that a page's report is idempotent and an older report never overwrites a newer one.
+-- * `spentUtxos` counts this record's slots holding spending data, and `rev` counts the changes
+--   of it. A master's whole-tx count adds `pageSpent` (page -> {rev, spent} as each child page
+--   last reported it), so that a page's report is idempotent and an older report never
+--   overwrites a newer one (a counter of our own: Aerospike's generation wraps at 65,535).
 -- * Flags are integers 0/1 (Lua's 0 is true: always compare with 1); an absent bin is 0/nil.
 -- * A function writes only when something changed, and everything it changed in one update.
 
@@ -254,6 +255,7 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
         end
         rec["utxos"] = ub
         rec["spentUtxos"] = (rec["spentUtxos"] or 0) + #writes
+        rec["rev"] = (rec["rev"] or 0) + 1
         apply_dah(rec, dah_height, retention)
         aerospike:update(rec)
     end
@@ -261,7 +263,7 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
     out["fresh"] = fresh
     out["hashes"] = hashes
     out["spent"] = rec["spentUtxos"] or 0
-    out["gen"] = record.gen(rec)
+    out["gen"] = rec["rev"] or 0
     return out
 end
 
@@ -316,13 +318,14 @@ function unspend(rec, items, dah_height, retention)
     if n > 0 then
         rec["utxos"] = ub
         rec["spentUtxos"] = (rec["spentUtxos"] or 0) - n
+        rec["rev"] = (rec["rev"] or 0) + 1
         apply_dah(rec, dah_height, retention)
         aerospike:update(rec)
     end
     local out = map()
     out["results"] = results
     out["spent"] = rec["spentUtxos"] or 0
-    out["gen"] = record.gen(rec)
+    out["gen"] = rec["rev"] or 0
     return out
 end
 
@@ -331,7 +334,7 @@ end
 -- and the delete-at-height goes back to `dah_was` while it is still the `dah` that spend set
 function take_back(rec, items, dah_was, dah)
     if not aerospike:exists(rec) then
-        return 0
+        return err("TX_NOT_FOUND")
     end
     local ub = rec["utxos"]
     local s = str(ub) or ""
@@ -346,12 +349,45 @@ function take_back(rec, items, dah_was, dah)
     if n > 0 then
         rec["utxos"] = ub
         rec["spentUtxos"] = (rec["spentUtxos"] or 0) - n
+        rec["rev"] = (rec["rev"] or 0) + 1
         if rec["deleteAtHeight"] == dah then
             rec["deleteAtHeight"] = dah_was
         end
         aerospike:update(rec)
     end
-    return n
+    local out = map()
+    out["n"] = n
+    out["spent"] = rec["spentUtxos"] or 0
+    out["gen"] = rec["rev"] or 0
+    return out
+end
+
+-- what a reassign notes besides the slot: spendable from tip + delay + 1, the log entry, and
+-- one more UTXO (so the record is never all spent)
+local function log_reassign(rec, vout, want_b, new_hash_b, tip, delay)
+    local m = rec["spendableIn"] or map()
+    m[vout] = tip + delay
+    rec["spendableIn"] = m
+    local entry = map()
+    entry["offset"] = vout
+    entry["utxo_hash"] = want_b
+    entry["new_utxo_hash"] = new_hash_b
+    entry["block_height"] = tip
+    local log = rec["reassignments"] or list()
+    list.append(log, entry)
+    rec["reassignments"] = log
+    rec["recordUtxos"] = (rec["recordUtxos"] or 0) + 1
+end
+
+-- a master notes a reassign done on one of its child pages (the kernel keeps the log, the
+-- spendable heights and the whole transaction's count on the master)
+function note_reassign(rec, vout, want_b, new_hash_b, tip, delay)
+    if not aerospike:exists(rec) then
+        return err("TX_NOT_FOUND")
+    end
+    log_reassign(rec, vout, want_b, new_hash_b, tip, delay)
+    aerospike:update(rec)
+    return 0
 end
 
 -- kernel.outputs.freeze / unfreeze / reassign for one output; `op` names which.
@@ -383,18 +419,7 @@ function alert(rec, op, slot, vout, want_b, new_hash_b, tip, delay)
         bytes.set_string(ub, off + HASH + 1, UNSPENT)
         if op == "reassign" then
             bytes.set_string(ub, off + 1, str(new_hash_b))
-            local m = rec["spendableIn"] or map()
-            m[vout] = tip + delay
-            rec["spendableIn"] = m
-            local entry = map()
-            entry["offset"] = vout
-            entry["utxo_hash"] = want_b
-            entry["new_utxo_hash"] = new_hash_b
-            entry["block_height"] = tip
-            local log = rec["reassignments"] or list()
-            list.append(log, entry)
-            rec["reassignments"] = log
-            rec["recordUtxos"] = (rec["recordUtxos"] or 0) + 1
+            log_reassign(rec, vout, want_b, new_hash_b, tip, delay)
         end
     end
     rec["utxos"] = ub
@@ -515,10 +540,13 @@ function set_mined(rec, block_id, block_height, subtree, on_longest, unset, heig
     rec["blockIDs"] = ids
     rec["blockHeights"] = hs
     rec["subtreeIdxs"] = subs
-    rec["locked"] = 0
+    local out = map()
+    if flag(rec, "locked") then
+        rec["locked"] = 0
+        out["unlocked"] = 1 -- (the child pages' mirrored flag is the caller's to clear)
+    end
     apply_dah(rec, height, retention)
     aerospike:update(rec)
-    local out = map()
     out["blocks"] = block_ids(rec)
     return out
 end
@@ -597,8 +625,8 @@ function clear_creating(rec)
     return 1
 end
 
--- a master takes a child page's spent count as the page reported it at generation `gen`
--- (a later generation wins), and settles its DAH for the whole transaction
+-- a master takes a child page's spent count as the page reported it at revision `gen` (a
+-- later revision wins), and settles its DAH for the whole transaction
 function page_spent(rec, page, gen, spent, height, retention)
     if not aerospike:exists(rec) then
         return err("TX_NOT_FOUND")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from chain import hash_to_hex
 from stores.utxo import slots
-from stores.utxo.errors import Outpoint, ProcessingError, UtxoError
+from stores.utxo.errors import Outpoint, UtxoError
 from stores.utxo.kernel import verdicts
 from stores.utxo.kernel.record import Record
 
@@ -85,7 +85,7 @@ def reassign(
     parent: Record | None, op: Outpoint, want: bytes, new_hash: bytes, tip: int, batch_size: int
 ) -> UtxoError | None:
     if new_hash == slots.NO_HASH:
-        return ProcessingError("the new UTXO hash must not be all zero (it marks an empty slot)", outpoint=op)
+        return verdicts.no_new_hash(op)
     loc = _frozen(parent, op, want, batch_size)
     if isinstance(loc, UtxoError):
         return loc

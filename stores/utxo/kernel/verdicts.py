@@ -11,6 +11,7 @@ from chain import hash_to_hex
 from stores.utxo.errors import (
     InvalidSpend,
     Outpoint,
+    ProcessingError,
     TxCoinbaseImmature,
     TxConflicting,
     TxCreating,
@@ -115,3 +116,8 @@ def already_frozen(op: Outpoint) -> UtxoAlreadyFrozen:
 
 def not_frozen(op: Outpoint) -> UtxoNotFrozen:
     return UtxoNotFrozen(f"output {fmt_outpoint(op)} is not frozen", outpoint=op)
+
+
+def no_new_hash(op: Outpoint) -> ProcessingError:
+    """A reassign to the all-zero hash, which marks an empty slot."""
+    return ProcessingError("the new UTXO hash must not be all zero (it marks an empty slot)", outpoint=op)
