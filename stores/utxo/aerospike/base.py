@@ -20,7 +20,8 @@ from typing import Any
 from stores.errors import StorageError
 from stores.utxo import validate
 from stores.utxo.aerospike import codec
-from stores.utxo.aerospike.client import Connection, Key
+from stores.utxo.aerospike.client import BATCH as BATCH  # (re-exported: the batch size callers chunk by)
+from stores.utxo.aerospike.client import Connection, Key, chunked
 from stores.utxo.aerospike.rules import Rules
 from stores.utxo.external import ExternalTxs
 from stores.utxo.kernel.record import Record
@@ -28,17 +29,11 @@ from stores.utxo.prevouts import RecentOutputs
 
 SCHEMA_VERSION = "utxoflow-aerospike-1"
 META = b"utxoflow-meta"
-BATCH = 5000  # keys per batch call: a bounded fan-out, whatever the caller hands in
 
 
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield
-
-
-def chunked(items: Sequence[Any], n: int = BATCH) -> Iterator[Sequence[Any]]:
-    for i in range(0, len(items), n):
-        yield items[i : i + n]
 
 
 class AerospikeBase:
@@ -157,24 +152,7 @@ class AerospikeBase:
     def _apply_each(self, calls: Sequence[tuple[Key, str, list[Any]]]) -> list[Any]:
         """Call the Lua module once per (key, function, args), in batches: each call's result
         (a missing record's is the function's own answer for it)."""
-        from aerospike import exception as aex
-        from aerospike_helpers.batch import records as br
-
-        out: list[Any] = []
-        try:
-            for part in chunked(calls):
-                batch = br.BatchRecords([br.Apply(key, self.conn.module, fn, args) for key, fn, args in part])
-                done = self.conn.client.batch_write(batch)
-                for r in done.batch_records:
-                    if r.result != 0 or r.record is None:
-                        raise StorageError(f"{part[0][1]} on {self.url_safe} failed: result code {r.result}")
-                    bins = r.record[2]
-                    if "FAILURE" in bins:
-                        raise StorageError(f"{part[0][1]} on {self.url_safe} failed: {bins['FAILURE']}")
-                    out.append(bins.get("SUCCESS"))
-        except aex.AerospikeError as e:
-            raise self._fail("calling the store's rules", e) from e
-        return out
+        return self.conn.apply_many(calls)
 
     def _apply_all(self, keys: Sequence[Key], fn: str, args: list[Any]) -> list[Any]:
         """The same call of the Lua module on many records."""

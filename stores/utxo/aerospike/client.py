@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,14 @@ from stores.sqldb import mask_url
 
 LUA_SOURCE = Path(__file__).with_name("utxoflow.lua")
 Key = tuple[str, str, bytearray]  # (namespace, set, user key): see `Connection.key`
+BATCH = 5000  # records per batch call: a bounded fan-out, whatever the caller hands in
+
+
+def chunked(items: Sequence[Any], n: int = BATCH) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
 DEFAULT_SET = "txs"
 
 
@@ -149,6 +158,28 @@ class Connection:
             return self.client.apply(key, self.module, function, args)
         except aex.AerospikeError as e:
             raise StorageError(f"{function} on {self.url_safe} failed: {e.msg}") from e
+
+    def apply_many(self, calls: Sequence[tuple[Key, str, list[Any]]]) -> list[Any]:
+        """Call the module once per (key, function, args), in batches of BATCH: each call's
+        result, in order. Calls on one record in one batch run one at a time, in no set order."""
+        from aerospike import exception as aex
+        from aerospike_helpers.batch import records as br
+
+        out: list[Any] = []
+        try:
+            for part in chunked(calls):
+                batch = br.BatchRecords([br.Apply(key, self.module, fn, args) for key, fn, args in part])
+                done = self.client.batch_write(batch)
+                for r in done.batch_records:
+                    if r.result != 0 or r.record is None:
+                        raise StorageError(f"{part[0][1]} on {self.url_safe} failed: result code {r.result}")
+                    bins = r.record[2]
+                    if "FAILURE" in bins:
+                        raise StorageError(f"{part[0][1]} on {self.url_safe} failed: {bins['FAILURE']}")
+                    out.append(bins.get("SUCCESS"))
+        except aex.AerospikeError as e:
+            raise StorageError(f"calling the store's rules on {self.url_safe} failed: {e.msg}") from e
+        return out
 
     def close(self) -> None:
         try:

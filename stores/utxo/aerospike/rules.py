@@ -14,7 +14,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from chain import Tx
@@ -25,6 +25,11 @@ from stores.utxo.kernel.spend import NO_IGNORE, Ignore, expected_hash
 from stores.utxo.records import Spend, SpendInfo, SpendStatus
 
 Ctx = str  # "spend", "unspend", "verify" (freeze / unfreeze / reassign), "freeze"
+
+
+def mine(txid: bytes, vin: int) -> bytes:
+    """The spending data input `vin` of `txid` writes."""
+    return txid + vin.to_bytes(4, "little")
 
 
 def verdict(
@@ -111,6 +116,70 @@ class Rules:
         return key, res
 
     # -- spends -----------------------------------------------------------------------------
+    def spend_txs(
+        self,
+        txs: Sequence[Tx],
+        height: int,
+        dah_height: int,
+        ignore: Ignore = NO_IGNORE,
+        skip_missing: Collection[bytes] = (),
+    ) -> list[list[Spend] | UtxoError]:
+        """`spend_tx` of each of `txs` in turn (a coinbase spends nothing), in one batch of calls
+        when that can be told apart from turn by turn: every call of the batch succeeds. Else
+        the batch's new spends are all taken back and the transactions go one at a time, so
+        that a refused one frees what it took for the later ones, as the kernel has it.
+        `skip_missing`: the txids whose inputs with a missing parent are left out."""
+        common = [height, int(ignore.conflicting), int(ignore.locked), dah_height, self.retention]
+        calls: list[tuple[Key, str, list[Any]]] = []
+        owners: list[tuple[int, list[tuple[int, int, Outpoint, bytes | None]]]] = []
+        for k, tx in enumerate(txs):
+            if tx.is_coinbase:
+                continue
+            for (parent, page), items in self._groups(tx).items():
+                args = [[[s, op[1], w, v] for v, s, op, w in items], tx.txid, *common]
+                calls.append((self.conn.key(parent, page), "spend", args))
+                owners.append((k, items))
+        results = self.conn.apply_many(calls)
+        if all("fresh" in r or (r.get("code") == "TX_NOT_FOUND" and len(key[2]) == 32 and
+                                txs[k].txid in skip_missing)
+               for r, (key, _f, _a), (k, _i) in zip(results, calls, owners)):  # fmt: skip
+            out: list[list[Spend] | UtxoError] = [[] for _ in txs]
+            for r, (key, _f, _a), (k, items) in zip(results, calls, owners):
+                if "fresh" not in r:
+                    continue  # a missing parent, skipped
+                spends = out[k]
+                assert isinstance(spends, list)
+                spends += [Spend(op[0], op[1], bytes(h), txs[k].txid, vin)
+                           for (vin, _s, op, _w), h in zip(items, r["hashes"])]  # fmt: skip
+                if r["fresh"]:
+                    self._report(key, r, dah_height)
+            for spends in out:
+                assert isinstance(spends, list)
+                spends.sort(key=lambda s: s.spending_vin)
+            return out
+        undo = [
+            (key, "take_back", [[[items[i][1], mine(txs[k].txid, items[i][0])] for i in r["fresh"]],
+                                r.get("dah_was"), r.get("dah")])
+            for r, (key, _f, _a), (k, items) in zip(results, calls, owners)
+            if r.get("fresh")
+        ]  # fmt: skip
+        self.conn.apply_many(undo)
+        return [
+            [] if tx.is_coinbase else self.spend_tx(tx, height, dah_height, ignore, tx.txid in skip_missing)
+            for tx in txs
+        ]
+
+    def _groups(self, tx: Tx) -> dict[tuple[bytes, int], list[tuple[int, int, Outpoint, bytes | None]]]:
+        """`tx`'s inputs by the record that holds what they spend: (parent, page) → [(vin, slot,
+        outpoint, the UTXO hash expected or None)]."""
+        groups: dict[tuple[bytes, int], list[tuple[int, int, Outpoint, bytes | None]]] = {}
+        size = self.batch_size
+        for vin, i in enumerate(tx.inputs):
+            op = (i.prev_txid, i.prev_vout)
+            page, slot = divmod(op[1], size)
+            groups.setdefault((op[0], page), []).append((vin, slot, op, expected_hash(tx, vin)))
+        return groups
+
     def spend_tx(
         self,
         tx: Tx,
@@ -121,12 +190,7 @@ class Rules:
     ) -> list[Spend] | SpendRejected:
         """`kernel.spend.spend_tx` over the records of `tx`'s parents (see the invariants)."""
         txid = tx.txid
-        groups: dict[tuple[bytes, int], list[tuple[int, int, Outpoint, bytes | None]]] = {}
-        size = self.batch_size
-        for vin, i in enumerate(tx.inputs):
-            op = (i.prev_txid, i.prev_vout)
-            page, slot = divmod(op[1], size)
-            groups.setdefault((op[0], page), []).append((vin, slot, op, expected_hash(tx, vin)))
+        groups = self._groups(tx)
         spends: list[Spend] = []
         errors: list[tuple[int, UtxoError]] = []
         done: list[tuple[Key, list[Any]]] = []
@@ -157,7 +221,7 @@ class Rules:
                 spends.append(Spend(op[0], op[1], bytes(h), txid, vin))
             fresh = res["fresh"]
             if fresh:
-                undo = [[items[k][1], txid + items[k][0].to_bytes(4, "little")] for k in fresh]
+                undo = [[items[k][1], mine(txid, items[k][0])] for k in fresh]
                 done.append((key, [undo, res.get("dah_was"), res.get("dah")]))
                 self._report(key, res, dah_height)
         if errors:

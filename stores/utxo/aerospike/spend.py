@@ -48,17 +48,8 @@ class SpendMixin(CreateMixin):
                 spenders = [t.txid for t in batch if any(i.prev_txid in gone for i in t.inputs)]
                 own = self._masters(spenders, ["conflicting", "txid"])
                 blessed = {t for t, rec in own.items() if blesses(rec)}
-        out: list[list[Spend] | UtxoError] = []
-        for tx in batch:
-            if tx.is_coinbase:
-                out.append([])  # a coinbase spends nothing
-                continue
-            out.append(
-                self.rules.spend_tx(
-                    tx, block_height, height, ignore, skip_missing=missing_ok or tx.txid in blessed
-                )
-            )
-        return out
+        skip = {t.txid for t in batch} if missing_ok else blessed
+        return self.rules.spend_txs(batch, block_height, height, ignore, skip)
 
     def unspend(self, spends: Sequence[Spend], lock_parents: bool = False) -> list[UtxoError | None]:
         """Take back each spend of an output whose UTXO hash is the one given, whoever made it;
