@@ -1,12 +1,14 @@
 """Store throughput: create, spend and mine N synthetic 2-in/2-out transactions in batches.
 
-    python -m bench.store [--backend sqlite|postgresql] [--txs N] [--batch B]
+    python -m bench.store [--backend sqlite|postgresql|aerospike] [--txs N] [--batch B]
 
 Each batch is applied as a block would be: create its txs, spend their inputs (outputs of the
 previous batch), mark them mined. In the same run and the same database, the same rows (the
 final `txs` rows) are written again as plain `executemany` inserts into a twin table with the
-same indexes: that is the local limit, and `ratio` shows how close the store comes to it.
-The last line of stdout is one JSON object.
+same indexes: that is the local limit, and `ratio` shows how close the store comes to it. On
+Aerospike (AEROSPIKE_HOSTS, namespace AEROSPIKE_NAMESPACE or `test`) the limit is plain batch
+writes of the same final records into a twin set of the same server; the bench's sets are
+truncated at the end. The last line of stdout is one JSON object.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ def generate(n: int, batch: int) -> tuple[list[Tx], list[list[Tx]]]:
 
 @contextmanager
 def database(backend: str) -> Iterator[str]:
+    if backend == "aerospike":
+        yield from _aerospike_set()
+        return
     if backend == "sqlite":
         with tempfile.TemporaryDirectory(prefix="utxoflow-bench-") as d:
             yield f"sqlite:///{d}/utxo.db"
@@ -90,6 +95,59 @@ def database(backend: str) -> Iterator[str]:
     finally:
         with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _aerospike_set() -> Iterator[str]:
+    """A fresh set on the server AEROSPIKE_HOSTS names; it and the store's other sets are
+    truncated afterwards (they are this run's alone)."""
+    hosts = os.environ.get("AEROSPIKE_HOSTS")
+    if not hosts:
+        raise SystemExit("bench: --backend aerospike needs AEROSPIKE_HOSTS (e.g. 127.0.0.1:3000)")
+    import aerospike
+
+    ns = os.environ.get("AEROSPIKE_NAMESPACE", "test")
+    name = f"bench{uuid.uuid4().hex[:8]}"
+    try:
+        yield f"aerospike://{hosts}/{ns}?set={name}"
+    finally:
+        host, port = hosts.split(",")[0].rsplit(":", 1)
+        client = aerospike.client({"hosts": [(host, int(port))]}).connect()
+        for suffix in ("", "_limit"):
+            client.truncate(ns, name + suffix, 0)
+        client.close()
+
+
+def aerospike_limit(store: UtxoStore) -> Any:
+    """The plain writer of a batch's final records on Aerospike: each record as the store ends
+    with it (spent, mined), written with batch_write into a twin set, nothing else."""
+    from aerospike_helpers.batch import records as br
+    from aerospike_helpers.operations import operations as op
+
+    from stores.utxo.aerospike import codec
+    from stores.utxo.kernel import create
+
+    s: Any = store
+    twin = f"{s.conn.set}_limit"
+
+    def write(txs: list[Tx], height: int) -> float:
+        make = create.masters(height, [(height, height, 0)], batch_size=s.batch_size, retention=288,
+                              dah_height=height, created_at=0)  # fmt: skip
+        batch = []
+        for tx in txs:
+            rec = make(tx, 500)
+            rec.utxos = bytearray(
+                b"".join(rec.utxos[k : k + 32] + b"\x01" * 36 for k in range(0, len(rec.utxos), 68))
+            )
+            rec.spent_utxos = rec.total_utxos
+            rec.delete_at_height = height + 288
+            bins = codec.to_bins(rec, codec.RAW_TX, tx.raw)
+            key = (s.conn.namespace, twin, bytearray(tx.txid))
+            batch.append(br.Write(key, [op.write(k, v) for k, v in bins.items()]))
+        t0 = time.perf_counter()
+        s.conn.client.batch_write(br.BatchRecords(batch))
+        return time.perf_counter() - t0
+
+    return write
 
 
 def checkpoint(store: UtxoStore) -> float:
@@ -110,11 +168,38 @@ def limit_rows(txs: list[Tx], height: int, ids: Iterator[int]) -> list[tuple[Any
     for tx in txs:
         packed, n = tx_slots(tx)
         spent = b"".join(packed[k : k + 32] + b"\x01" * 36 for k in range(0, len(packed), 68))
-        rows.append((
-            next(ids), tx.txid, tx.version, tx.locktime, 500, tx.size, 0, 0, 0, 0, 0, None, 0, None,
-            height + 288, 0, 0, n, n, f"[[{height},{height},0]]", b"", b"", "[]", "{}", b"\x00" * 72,
-            spent, 1, tx.raw,
-        ))
+        rows.append(
+            (
+                next(ids),
+                tx.txid,
+                tx.version,
+                tx.locktime,
+                500,
+                tx.size,
+                0,
+                0,
+                0,
+                0,
+                0,
+                None,
+                0,
+                None,
+                height + 288,
+                0,
+                0,
+                n,
+                n,
+                f"[[{height},{height},0]]",
+                b"",
+                b"",
+                "[]",
+                "{}",
+                b"\x00" * 72,
+                spent,
+                1,
+                tx.raw,
+            )
+        )
     return rows
 
 
@@ -127,6 +212,8 @@ def run(store: UtxoStore, funding: list[Tx], batches: list[list[Tx]]) -> tuple[d
     from stores.utxo.sql.codec import INSERT_TX
 
     s: Any = store
+    if s.url.startswith("aerospike"):
+        return run_aerospike(store, funding, batches)
     sqlite = s.url.startswith("sqlite")
     if sqlite:
         s.db.outside("PRAGMA wal_autocheckpoint=0")
@@ -175,9 +262,40 @@ def run(store: UtxoStore, funding: list[Tx], batches: list[list[Tx]]) -> tuple[d
     return t, limit
 
 
+def apply_batch(store: UtxoStore, txs: list[Tx], height: int, t: dict[str, float]) -> None:
+    """One batch as block application asks it: create, spend, mine, each phase timed."""
+    t0 = time.perf_counter()
+    created = store.create_many(txs, height, meta=False)
+    t1 = time.perf_counter()
+    spent = store.spend_many(txs, height)
+    t2 = time.perf_counter()
+    mined = store.set_mined_multi([tx.txid for tx in txs], height, height)
+    t3 = time.perf_counter()
+    bad = [r for r in (*created, *spent, *mined) if isinstance(r, Exception)]
+    if bad:
+        raise SystemExit(f"bench: store refused work: {bad[0]}")
+    t["create"] += t1 - t0
+    t["spend"] += t2 - t1
+    t["mine"] += t3 - t2
+
+
+def run_aerospike(
+    store: UtxoStore, funding: list[Tx], batches: list[list[Tx]]
+) -> tuple[dict[str, float], float]:
+    """`run` on Aerospike: per batch, the store's three phases, then the limit's plain writes."""
+    write = aerospike_limit(store)
+    store.create_many(funding, 1, [BlockInfo(0, 1)])
+    t = {"create": 0.0, "spend": 0.0, "mine": 0.0, "checkpoint": 0.0}
+    limit = 0.0
+    for height, txs in enumerate(batches, start=2):
+        apply_batch(store, txs, height, t)
+        limit += write(txs, height)
+    return t, limit
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.store", description=__doc__.split("\n")[0])
-    ap.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
+    ap.add_argument("--backend", choices=["sqlite", "postgresql", "aerospike"], default="sqlite")
     ap.add_argument("--txs", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=5_000, help="txs per batch (one block's worth)")
     args = ap.parse_args(argv)

@@ -2,7 +2,7 @@
 
 PostgreSQL gets a fresh database per test session (created here, dropped at the end); each test
 then starts from empty tables. SQLite gets a new file per test. Aerospike (with AEROSPIKE_HOSTS
-set; skipped otherwise) gets a new set per test, truncated after it, and its lock and meta sets.
+set; skipped otherwise) gets an emptied set of a pool per test (tests/aerospike_server.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from stores.utxo import UtxoStore, open_utxo_store
-from tests.aerospike_server import aerospike_host, drop_set, needs_aerospike, new_url
+from tests.aerospike_server import drop_set, needs_aerospike, new_url
 from tests.conftest import BLOB_BACKENDS, new_blob_url
 
 BACKENDS = ["sqlite", "postgresql", pytest.param("aerospike", marks=needs_aerospike)]
@@ -27,13 +27,9 @@ def store_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Ite
         yield f"sqlite:///{tmp_path}/utxo.db"
         return
     if request.param == "aerospike":
-        import aerospike
-
         url = new_url()
         yield url
-        client = aerospike.client({"hosts": [aerospike_host()]}).connect()
-        drop_set(client, url)
-        client.close()
+        drop_set(None, url)
         return
     url: str = request.getfixturevalue("pg_url")
     with psycopg.connect(url, autocommit=True) as conn:

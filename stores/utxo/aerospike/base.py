@@ -3,9 +3,10 @@ records read in batches, create-only writes, calls of the Lua module on many rec
 store's own values (height, schema, batch size) in one meta record.
 
 Invariants:
-- Records live in the URL's set: a master under its txid, child page k under txid ‖ k (u32
-  LE); two-phase creation's lock records and the meta record live in sets of their own
-  (`<set>_lock`, `<set>_meta`), so that a query of the record set meets only records.
+- Everything lives in the URL's set (an Aerospike namespace holds at most 4,095 set names,
+  for good): a master under its txid (32 bytes), child page k under txid ‖ k (u32 LE, 36
+  bytes), two-phase creation's lock records under L ‖ txid (33 bytes), the meta record under
+  META. Only records have a `page` bin: a query of the set filters by it.
 - A record changes only through the Lua module (one call per record, atomic on the server) or
   a create-only write; nothing is read, changed in Python and written back.
 - Every client failure is a `StorageError` naming the store's URL without its password.
@@ -28,7 +29,8 @@ from stores.utxo.kernel.record import Record
 from stores.utxo.prevouts import RecentOutputs
 
 SCHEMA_VERSION = "utxoflow-aerospike-1"
-META = b"utxoflow-meta"
+META = b"utxoflow-meta"  # the meta record's key (13 bytes)
+LOCK_PREFIX = b"L"  # a lock record's key: L ‖ txid (33 bytes)
 
 
 @contextmanager
@@ -71,10 +73,10 @@ class AerospikeBase:
         return self.conn.key(txid, page)
 
     def lock_key(self, txid: bytes) -> Key:
-        return (self.conn.namespace, f"{self.conn.set}_lock", bytearray(txid))
+        return (self.conn.namespace, self.conn.set, bytearray(LOCK_PREFIX + txid))
 
     def _meta_key(self) -> Key:
-        return (self.conn.namespace, f"{self.conn.set}_meta", bytearray(META))
+        return (self.conn.namespace, self.conn.set, bytearray(META))
 
     # -- reads --------------------------------------------------------------------------------
     def _read_bins(

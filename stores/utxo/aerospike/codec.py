@@ -3,8 +3,8 @@ Teranode's where it has one, and at most 15 characters, Aerospike's limit).
 
 Invariants:
 - Every `Record` field has one bin (`BINS`); booleans are 0/1 integers, a None field is an
-  absent bin, and the block list is three parallel lists (`blockIDs`, `blockHeights`,
-  `subtreeIdxs`) as the Lua module (`utxoflow.lua`) reads them.
+  absent bin (and so is a zero among `AT_DEFAULT`), and the block list is three parallel lists
+  (`blockIDs`, `blockHeights`, `subtreeIdxs`) as the Lua module (`utxoflow.lua`) reads them.
 - `spentUtxos` is the record's own slots' count; a master's `pageSpent` holds what each child
   page last reported, and the kernel's whole-transaction `spent_utxos` is their sum.
 - The reassignment log holds hashes as bytes (the Lua module writes them so); the kernel's
@@ -46,6 +46,13 @@ BINS: dict[str, str] = {
     "inpoints": "inpoints",
 }
 BOOLS = frozenset({"creating", "is_coinbase", "locked", "conflicting", "external"})
+# fields whose zero value is written as no bin (the Lua module and `from_bins` read an absent
+# bin as it): fewer bins per record is less to write on every create. `fee` is not among them
+# (0 is a fee; None is unknown), nor `page` (queries tell masters by it).
+AT_DEFAULT = frozenset({
+    *BOOLS, "spent_utxos", "spending_height", "total_extra_recs", "conflicting_children", "deleted_children",
+    "inpoints", "version", "locktime",
+})  # fmt: skip
 BLOCK_BINS = ("blockIDs", "blockHeights", "subtreeIdxs")
 PAGE_SPENT = "pageSpent"
 RAW, RAW_FORMAT = "raw", "rawFormat"  # the transaction (or a snapshot's outputs) when not external
@@ -64,7 +71,7 @@ def to_bins(rec: Record, raw_format: int = RAW_NONE, raw: bytes | None = None) -
         bins[RAW], bins[RAW_FORMAT] = raw, raw_format
     for field, name in BINS.items():
         value = getattr(rec, field)
-        if value is None:
+        if value is None or (not value and field in AT_DEFAULT):
             continue
         if field in BOOLS:
             value = int(value)

@@ -2,7 +2,7 @@
 drives (`stores.utxo.twophase.PagedRecords`).
 
 Invariants:
-- A lock record is written create-only in `<set>_lock`, so of racing creators exactly one gets
+- A lock record is written create-only (key L ‖ txid), so of racing creators exactly one gets
   it. Whether it is live is its `expiresAt` (30 s + 2 s per record, at most 300 s); its record
   TTL is a day longer, so that a recovery can still read a dead creator's options, and nsup
   removes it after that. A lapsed lock (or one whose holder is a dead process of this host) is
