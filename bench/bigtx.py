@@ -45,7 +45,18 @@ from stores.utxo import BlockInfo, SpendStatus, UtxoStore, open_utxo_store
 ROOT = Path(__file__).resolve().parent.parent
 RSS_LIMIT_MB = 512
 MEGATX = "mainnet-megatx-bb41a757.tx"
-BATCH = 20_000  # the store's default batch size: outputs per record
+BATCH = 20_000  # the SQL stores' default batch size: outputs per record
+
+
+def batch_for(backend: str) -> int:
+    """Outputs per record on `backend`: its default (Aerospike's is its own)."""
+    if backend == "aerospike":
+        from stores.utxo.aerospike.codec import DEFAULT_BATCH_SIZE
+
+        return DEFAULT_BATCH_SIZE
+    return BATCH
+
+
 FEE = 10_000
 VERSION, LOCKTIME = 1, 0
 HEIGHT, BLOCK_ID = 2, 2  # the big tx and its spender: created, spent and mined at this height
@@ -74,7 +85,7 @@ def data_dir(arg: str | None) -> Path:
     return Path(os.environ.get("UTXOFLOW_DATA", ROOT / "tests" / "data"))
 
 
-def generate(n: int) -> tuple[Tx, Tx, Tx]:
+def generate(n: int, batch: int = BATCH) -> tuple[Tx, Tx, Tx]:
     """(funding, big, spender): funding's only output pays for big's N outputs (values
     1000…1000+N-1, each to its own p2pkh script); spender spends big's outputs 0, B-1, B, N-1.
 
@@ -90,7 +101,7 @@ def generate(n: int) -> tuple[Tx, Tx, Tx]:
     inputs = [spend_input(funding, 0)]  # extended: it carries the funding output
     outputs = [TxOut(1000 + v, p2pkh(v.to_bytes(20, "big"))) for v in range(n)]
     big = Tx(VERSION, inputs, outputs, LOCKTIME, serialize_big(inputs, outputs))
-    vouts = sorted({v for v in (0, BATCH - 1, BATCH, n - 1) if 0 <= v < n})
+    vouts = sorted({v for v in (0, batch - 1, batch, n - 1) if 0 <= v < n})
     paid = sum(big.outputs[v].satoshis for v in vouts)
     spender = build_tx([spend_input(big, v) for v in vouts], [(paid - 500, p2pkh(b"\x0f" * 20))])
     return funding, big, spender
@@ -175,14 +186,16 @@ def run_big(store: UtxoStore, funding: Tx, big: Tx, spender: Tx, steps: Steps) -
     return {"spends_ok": True, "spent_vouts": vouts, "tx_bytes": big.size}
 
 
-def check_record(store: UtxoStore, txid: bytes, n: int, spent: int, steps: Steps) -> dict[str, Any]:
+def check_record(
+    store: UtxoStore, txid: bytes, n: int, spent: int, steps: Steps, batch: int = BATCH
+) -> dict[str, Any]:
     """`store.get(txid)` of the big transaction, read back whole from the blob store (timed
     as `get_s`, outside `seconds`; the generated copy is gone by now, so the two are never in
     memory together), and its record checked."""
     steps.start()
     rec = store.get(txid)
     steps.stop("get")
-    pages = -(-n // BATCH)
+    pages = -(-n // batch)
     check(rec.tx is not None and rec.tx.txid == txid and len(rec.tx.outputs) == n, "get: another tx")
     check(not rec.creating, "record still creating")
     check(rec.spent_utxos == spent, f"spent_utxos {rec.spent_utxos} != {spent}")
@@ -248,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--outputs must be positive")
     backend = args.backend or "sqlite"
     if args.url:
-        backend = "sqlite" if args.url.startswith("sqlite") else "postgresql"
+        scheme = args.url.split("://", 1)[0]
+        backend = scheme if scheme in ("sqlite", "aerospike") else "postgresql"
         if args.backend and args.backend != backend:
             ap.error(f"--backend {args.backend} does not match --url {args.url.split('://', 1)[0]}://…")
     megatx = data_dir(args.data) / MEGATX
@@ -259,19 +273,21 @@ def main(argv: list[str] | None = None) -> int:
     steps = Steps()
     steps.start()
     gc.disable()  # millions of acyclic objects: the collector would only re-scan them
-    funding, big, spender = generate(args.outputs)
+    batch = batch_for(backend)
+    funding, big, spender = generate(args.outputs, batch)
     gc.enable()
     gc.collect()
     gc.freeze()  # set-up, not the store's work: keep it out of every later collection
     steps.stop("generate")
     log(f"  {big.size:,} bytes, txid {big.txid_hex}")
 
-    with tempfile.TemporaryDirectory(prefix="utxoflow-bigtx-blobs-") as blobs, (
-        database(backend) if not args.url else nullcontext(args.url)
-    ) as url:
+    with (
+        tempfile.TemporaryDirectory(prefix="utxoflow-bigtx-blobs-") as blobs,
+        database(backend) if not args.url else nullcontext(args.url) as url,
+    ):
         # The megatx (999,657 bytes) must go to the blob store: the in-store limit sits below it.
         store = open_utxo_store(
-            url, batch_size=BATCH, blob_url=f"file://{blobs}", max_tx_size_in_store=500_000
+            url, batch_size=batch, blob_url=f"file://{blobs}", max_tx_size_in_store=500_000
         )
         try:
             check(store.is_empty(), f"the store at {url} is not empty")
@@ -279,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             big_result = run_big(store, funding, big, spender, steps)
             txid, n = big.txid, len(big.outputs)
             del funding, big, spender  # the generated million objects: freed before the read-back
-            big_result |= check_record(store, txid, n, len(big_result["spent_vouts"]), steps)
+            big_result |= check_record(store, txid, n, len(big_result["spent_vouts"]), steps, batch)
             big_result |= run_view(store, txid, n, big_result["spent_vouts"], steps)
             log(f"{backend}: {MEGATX}")
             mega_result = run_megatx(store, megatx, steps)
@@ -291,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         "bench": "bigtx",
         "backend": backend,
         "outputs": args.outputs,
-        "batch_size": BATCH,
+        "batch_size": batch,
         "seconds": round(t["create"] + t["spend"] + t["mine"], 3),
         "create_s": round(t["create"], 3),
         "spend_s": round(t["spend"], 3),

@@ -21,6 +21,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pydantic import BeforeValidator, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from stores.utxo.aerospike.codec import DEFAULT_BATCH_SIZE as AEROSPIKE_BATCH_SIZE
+
 ENV_PREFIX = "UTXO_"
 ENV_FILE = ".env"
 
@@ -115,6 +117,10 @@ class Settings(BaseSettings):
     def _derived(self) -> Settings:
         if self.unmined_tx_retention is None:
             self.unmined_tx_retention = self.block_height_retention // 2
+        if "batch_size" not in self.model_fields_set and self.store_url.lower().startswith("aerospike://"):
+            # an Aerospike record is rewritten whole by every spend and capped at 1 MiB: its own
+            # default (stores.utxo.aerospike.store, measured by bench.pagesize)
+            self.batch_size = AEROSPIKE_BATCH_SIZE
         if self.lock_max_ttl < self.lock_base_ttl:
             raise ValueError(
                 f"{ENV_PREFIX}LOCK_MAX_TTL ({self.lock_max_ttl}) must not be below "

@@ -16,6 +16,14 @@ from stores.state.protocol import (
 from stores.state.prunejobs import PruneJob, Requested
 
 __all__ = [
-    "KEEP", "PENDING_KINDS", "BlockChange", "BlockEntry", "BlockStatus", "PendingEntry", "PruneJob",
-    "Requested", "StateStore", "open_state_store",
+    "KEEP",
+    "PENDING_KINDS",
+    "BlockChange",
+    "BlockEntry",
+    "BlockStatus",
+    "PendingEntry",
+    "PruneJob",
+    "Requested",
+    "StateStore",
+    "open_state_store",
 ]

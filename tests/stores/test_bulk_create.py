@@ -16,10 +16,15 @@ from tests.stores.helpers import child, funding
 def rows(store: UtxoStore, txids: list[bytes]) -> list[tuple[Any, ...]]:
     """Every column of these records but the row id and the creation time, by txid."""
     s: Any = store
-    cols = "txid, version, locktime, fee, size_in_bytes, is_coinbase, spending_height, locked, " \
-        "creating, conflicting, unmined_since, preserve_until, delete_at_height, external, " \
-        "total_extra_recs, total_utxos, spent_utxos, blocks, conflicting_children, " \
+    if s.url.startswith("aerospike://"):  # the records' bins, read by key with the client itself
+        found = s._read_bins([s.key(t) for t in txids])
+        return sorted(tuple(sorted((k, v) for k, v in b.items() if k != "createdAt")) for b in found if b)
+    cols = (
+        "txid, version, locktime, fee, size_in_bytes, is_coinbase, spending_height, locked, "
+        "creating, conflicting, unmined_since, preserve_until, delete_at_height, external, "
+        "total_extra_recs, total_utxos, spent_utxos, blocks, conflicting_children, "
         "deleted_children, reassignments, spendable_in, inpoints, utxos, raw_format, raw"
+    )
     got = s.db.read("rows", lambda cur: s.db.select_in(cur, f"SELECT {cols} FROM txs WHERE txid", txids))
     return sorted(tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in got)
 
@@ -28,8 +33,13 @@ def test_many_at_once_store_what_a_few_at_a_time_do(store: UtxoStore) -> None:
     """The same transactions created all at once, deleted, then created four at a time: every
     column alike (but the row id and creation time), under every creation option."""
     n = COPY_FROM + 8
-    for blocks, flags in (((), {}), ([BlockInfo(7, 100)], {}), ((), {"locked": True}),
-                          ((), {"conflicting": True}), ((), {"frozen": True})):
+    for blocks, flags in (
+        ((), {}),
+        ([BlockInfo(7, 100)], {}),
+        ((), {"locked": True}),
+        ((), {"conflicting": True}),
+        ((), {"frozen": True}),
+    ):
         txs = [funding() for _ in range(n)]
         txids = [t.txid for t in txs]
         assert all(r is None for r in store.create_many(txs, 100, blocks, meta=False, **flags))
@@ -50,9 +60,7 @@ def test_a_stored_txid_among_many_is_refused_alone(store: UtxoStore) -> None:
     assert store.existing([t.txid for t in txs]) == {t.txid for t in txs}
 
 
-def test_external_records_many_at_once_store_what_a_few_at_a_time_do(
-    store_url: str, tmp_path: Path
-) -> None:
+def test_external_records_many_at_once_store_what_a_few_at_a_time_do(store_url: str, tmp_path: Path) -> None:
     """The same for records whose transactions live in the blob store (every column a value:
     `codec.COPY_TX`)."""
     ext = open_utxo_store(store_url, retention=288, blob_url=f"file://{tmp_path}/blobs", externalize_all=True)
@@ -62,7 +70,10 @@ def test_external_records_many_at_once_store_what_a_few_at_a_time_do(
         txids = [t.txid for t in txs]
         assert all(r is None for r in ext.create_many(txs, 100, meta=False))
         at_once = rows(ext, txids)
-        assert all(r[13] == 1 for r in at_once)  # external
+        if store_url.startswith("aerospike://"):
+            assert all(dict(r).get("external") == 1 for r in at_once)  # external
+        else:
+            assert all(r[13] == 1 for r in at_once)  # external
         assert ext.delete_txs(txids) == n
         for k in range(0, n, 4):
             assert all(r is None for r in ext.create_many(txs[k : k + 4], 100, meta=False))

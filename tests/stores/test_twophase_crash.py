@@ -65,7 +65,12 @@ UNSPENT = b"\x00" * 36
 PROBES = (0, 4, 10)  # one output of each page: spend attempts before recovery
 
 POINTS = [
-    "after_lock", "after_blob", "after_page:1", "after_page:2", "after_page:3", "between_phases",
+    "after_lock",
+    "after_blob",
+    "after_page:1",
+    "after_page:2",
+    "after_page:3",
+    "between_phases",
     "mid_phase2",
 ]
 NO_MASTER = {"after_lock", "after_blob"}  # the killed creator wrote no record
@@ -172,12 +177,46 @@ class Db:
         return self.master.utxos if page == 0 else self.pages[page].utxos
 
 
+def read_aerospike(url: str, txid: bytes) -> Db:
+    """`read_db` of an Aerospike store: its records read by key with the client itself."""
+    from stores.utxo.aerospike.client import parse_url
+    from tests.aerospike_server import client
+
+    parts = parse_url(url)
+    ns, set_name = parts.namespace, parts.set
+
+    def get(key: bytes) -> dict[str, Any] | None:
+        found = client().exists((ns, set_name, bytearray(key)))[1]
+        return None if found is None else client().get((ns, set_name, bytearray(key)))[2]
+
+    masters, pages = [], {}
+    m = get(txid)
+    if m is not None:
+        blocks = str([[a, b, c] for a, b, c in zip(m.get("blockIDs", []), m.get("blockHeights", []),
+                                                  m.get("subtreeIdxs", []))]).replace(" ", "")  # fmt: skip
+        spent = m.get("spentUtxos", 0) + sum(v[1] for v in (m.get("pageSpent") or {}).values())
+        masters.append(MasterRow(m.get("creating", 0), m.get("totalExtraRecs", 0), m["recordUtxos"], spent,
+                                 bytes(m["utxos"]), blocks))  # fmt: skip
+    for k in range(1, 64):  # every page the test's transactions can have, and more
+        pg = get(txid + k.to_bytes(4, "little"))
+        if pg is not None:
+            pages[k] = PageRow(
+                pg.get("creating", 0), pg["recordUtxos"], pg.get("spentUtxos", 0), bytes(pg["utxos"])
+            )
+    lock = get(b"L" + txid)
+    return Db(masters, pages, [] if lock is None else [lock["pid"]])
+
+
 def read_db(url: str, txid: bytes) -> Db:
+    if url.startswith("aerospike://"):
+        return read_aerospike(url, txid)
     masters = [
         MasterRow(r[0], r[1], r[2], r[3], bytes(r[4]), r[5])
         for r in query(
-            url, "SELECT creating, total_extra_recs, total_utxos, spent_utxos, utxos, blocks FROM txs "
-            "WHERE txid = ?", txid,
+            url,
+            "SELECT creating, total_extra_recs, total_utxos, spent_utxos, utxos, blocks FROM txs "
+            "WHERE txid = ?",
+            txid,
         )
     ]
     rows = query(
@@ -222,8 +261,12 @@ class Case:
 
     def open(self, ttl: Ttl = DEFAULT_TTL) -> UtxoStore:
         s = open_utxo_store(
-            self.url, batch_size=BATCH, blob_url=self.blob_url, lock_base_ttl=ttl[0],
-            lock_per_record_ttl=ttl[1], lock_max_ttl=ttl[2],
+            self.url,
+            batch_size=BATCH,
+            blob_url=self.blob_url,
+            lock_base_ttl=ttl[0],
+            lock_per_record_ttl=ttl[1],
+            lock_max_ttl=ttl[2],
         )
         self.stores.append(s)
         return s
@@ -233,8 +276,16 @@ class Case:
 
     def _argv(self, ttl: Ttl, options: Options | None = None) -> list[str]:
         return [
-            sys.executable, "-c", CHILD, self.url, self.blob_url, *(str(t) for t in ttl), str(BATCH),
-            str(HEIGHT), self.tx.serialize(extended=True).hex(), json.dumps(options or {}),
+            sys.executable,
+            "-c",
+            CHILD,
+            self.url,
+            self.blob_url,
+            *(str(t) for t in ttl),
+            str(BATCH),
+            str(HEIGHT),
+            self.tx.serialize(extended=True).hex(),
+            json.dumps(options or {}),
         ]
 
     def _env(self, point: str | None = None) -> dict[str, str]:
@@ -528,7 +579,8 @@ def test_creation_options_without_a_crash(case: Case, option: str) -> None:
     assert store.set_mined_multi([case.txid], BLOCK_ID, HEIGHT + 1) == [[BLOCK_ID]]
     want = SpendStatus.FROZEN if option == "frozen" else SpendStatus.CONFLICTING
     assert [store.get_spend((case.txid, v), uhash(case.tx, v)).status for v in (0, N_OUTPUTS - 1)] == [
-        want, want
+        want,
+        want,
     ]
 
 
@@ -543,5 +595,6 @@ def test_recovery_from_the_blob_alone_keeps_the_creation_options(case: Case, opt
     # ...and as the create asked: the outputs frozen (or the tx conflicting), as without a crash.
     want = SpendStatus.FROZEN if option == "frozen" else SpendStatus.CONFLICTING
     assert [store.get_spend((case.txid, v), uhash(case.tx, v)).status for v in (0, N_OUTPUTS - 1)] == [
-        want, want
+        want,
+        want,
     ]

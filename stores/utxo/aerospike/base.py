@@ -140,8 +140,15 @@ class AerospikeBase:
                         for key, bins in part
                     ]
                 )
-                res = self.conn.client.batch_write(writes)
+                # no retry by the client: a retried create-only write that had gone through
+                # would come back "exists" and be taken for someone else's record
+                res = self.conn.client.batch_write(writes, {"max_retries": 0})
                 for r in res.batch_records:
+                    if r.result == 13:
+                        raise StorageError(
+                            f"a record is too large for {self.url_safe} (max-record-size): lower "
+                            "UTXO_BATCH_SIZE or UTXO_MAX_TX_SIZE_IN_STORE"
+                        )
                     if r.result not in (0, 5):  # 5: the record exists
                         raise StorageError(
                             f"writing records on {self.url_safe} failed: result code {r.result}"

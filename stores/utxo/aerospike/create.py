@@ -93,10 +93,12 @@ class CreateMixin(PagedMixin, PrevoutsMixin):
                 results[i] = TxExists(f"tx {tx.txid_hex} appears twice in the batch", txid=tx.txid)
                 continue
             seen.add(tx.txid)
+            n_out = len(tx.outputs)
             if (
                 self.externalize_all
                 or len(tx.raw) > self.max_tx_size_in_store
-                or len(tx.outputs) > self.batch_size
+                or n_out > self.batch_size
+                or len(tx.raw) + n_out * 68 > codec.RECORD_BUDGET  # (too large a record)
             ):
                 external.append(i)
                 continue

@@ -92,6 +92,19 @@ class Rules:
         page, slot = divmod(op[1], self.batch_size)
         return self.conn.key(op[0], page), slot
 
+    def _creating(self, parents: Collection[bytes]) -> set[bytes]:
+        """Those of `parents` whose master is still `creating`. A child page's own flag clears
+        before its master's (children first), so a spend or an alert on a page asks the master
+        too: the kernel's rules speak of the master first."""
+        if not parents:
+            return set()
+        wanted = list(parents)
+        res = self.conn.client.batch_read([self.conn.key(t) for t in wanted], ["creating"])
+        return {
+            t for t, r in zip(wanted, res.batch_records)
+            if r.result == 0 and r.record is not None and r.record[2].get("creating") == 1
+        }  # fmt: skip
+
     def _report(self, key: Key, res: Mapping[str, Any], dah_height: int) -> None:
         """After a change of a child page's slots: its master takes the page's spent count (for
         the whole transaction's, and its delete-at-height)."""
@@ -124,50 +137,81 @@ class Rules:
         ignore: Ignore = NO_IGNORE,
         skip_missing: Collection[bytes] = (),
     ) -> list[list[Spend] | UtxoError]:
-        """`spend_tx` of each of `txs` in turn (a coinbase spends nothing), in one batch of calls
-        when that can be told apart from turn by turn: every call of the batch succeeds. Else
-        the batch's new spends are all taken back and the transactions go one at a time, so
-        that a refused one frees what it took for the later ones, as the kernel has it.
-        `skip_missing`: the txids whose inputs with a missing parent are left out."""
-        common = [height, int(ignore.conflicting), int(ignore.locked), dah_height, self.retention]
-        calls: list[tuple[Key, str, list[Any]]] = []
-        owners: list[tuple[int, list[tuple[int, int, Outpoint, bytes | None]]]] = []
+        """`spend_tx` of each of `txs` in turn (a coinbase spends nothing), as the kernel orders
+        them. The transactions that share no outpoint with another of the call go in one batch
+        of calls (their order cannot matter): each whose calls all succeed keeps its spends;
+        each other has its new spends taken back and goes again alone, for its exact errors.
+        Those that share an outpoint go one at a time, in order, after: the first one wins, and
+        a refused one frees what it took for the later ones. `skip_missing`: the txids whose
+        inputs with a missing parent are left out."""
+        out: list[list[Spend] | UtxoError] = [[] for _ in txs]
+        seen: dict[Outpoint, int] = {}
+        shared: set[int] = set()
         for k, tx in enumerate(txs):
             if tx.is_coinbase:
                 continue
-            for (parent, page), items in self._groups(tx).items():
-                args = [[[s, op[1], w, v] for v, s, op, w in items], tx.txid, *common]
+            for i in tx.inputs:
+                first = seen.setdefault((i.prev_txid, i.prev_vout), k)
+                if first != k:
+                    shared.update((first, k))
+        alone = [k for k, tx in enumerate(txs) if not tx.is_coinbase and k not in shared]
+        again = self._batch(txs, alone, out, height, dah_height, ignore, skip_missing)
+        for k in sorted({*again, *shared}):
+            out[k] = self.spend_tx(txs[k], height, dah_height, ignore, txs[k].txid in skip_missing)
+        return out
+
+    def _batch(
+        self,
+        txs: Sequence[Tx],
+        which: Sequence[int],
+        out: list[list[Spend] | UtxoError],
+        height: int,
+        dah_height: int,
+        ignore: Ignore,
+        skip_missing: Collection[bytes],
+    ) -> list[int]:
+        """The spends of `txs[which]` in one batch of calls, into `out`; the indexes of those
+        that did not go through whole (their new spends taken back already)."""
+        common = [height, int(ignore.conflicting), int(ignore.locked), dah_height, self.retention]
+        calls: list[tuple[Key, str, list[Any]]] = []
+        owners: list[tuple[int, list[tuple[int, int, Outpoint, bytes | None]]]] = []
+        for k in which:
+            for (parent, page), items in self._groups(txs[k]).items():
+                args = [[[s, op[1], w, v] for v, s, op, w in items], txs[k].txid, *common]
                 calls.append((self.conn.key(parent, page), "spend", args))
                 owners.append((k, items))
         results = self.conn.apply_many(calls)
-        if all("fresh" in r or (r.get("code") == "TX_NOT_FOUND" and len(key[2]) == 32 and
-                                txs[k].txid in skip_missing)
-               for r, (key, _f, _a), (k, _i) in zip(results, calls, owners)):  # fmt: skip
-            out: list[list[Spend] | UtxoError] = [[] for _ in txs]
-            for r, (key, _f, _a), (k, items) in zip(results, calls, owners):
-                if "fresh" not in r:
-                    continue  # a missing parent, skipped
-                spends = out[k]
-                assert isinstance(spends, list)
-                spends += [Spend(op[0], op[1], bytes(h), txs[k].txid, vin)
-                           for (vin, _s, op, _w), h in zip(items, r["hashes"])]  # fmt: skip
+        creating = self._creating({bytes(key[2][:32]) for key, _f, _a in calls if len(key[2]) > 32})
+        failed: set[int] = set()
+        for r, (key, _f, _a), (k, _items) in zip(results, calls, owners):
+            if "fresh" in r:
+                if len(key[2]) > 32 and bytes(key[2][:32]) in creating:
+                    failed.add(k)  # a page whose master is still creating: see `_creating`
+                continue
+            gone = r.get("code") == "TX_NOT_FOUND" and len(key[2]) == 32 and txs[k].txid in skip_missing
+            if not gone:  # (a missing parent that may be skipped is no failure)
+                failed.add(k)
+        undo = []
+        for r, (key, _f, _a), (k, items) in zip(results, calls, owners):
+            if "fresh" not in r:
+                continue
+            if k in failed:
                 if r["fresh"]:
-                    self._report(key, r, dah_height)
-            for spends in out:
-                assert isinstance(spends, list)
+                    spent = [[items[i][1], mine(txs[k].txid, items[i][0])] for i in r["fresh"]]
+                    undo.append((key, "take_back", [spent, r.get("dah_was"), r.get("dah")]))
+                continue
+            spends = out[k]
+            assert isinstance(spends, list)
+            spends += [Spend(op[0], op[1], bytes(h), txs[k].txid, vin)
+                       for (vin, _s, op, _w), h in zip(items, r["hashes"])]  # fmt: skip
+            if r["fresh"]:
+                self._report(key, r, dah_height)
+        for k in which:
+            spends = out[k]
+            if k not in failed and isinstance(spends, list):
                 spends.sort(key=lambda s: s.spending_vin)
-            return out
-        undo = [
-            (key, "take_back", [[[items[i][1], mine(txs[k].txid, items[i][0])] for i in r["fresh"]],
-                                r.get("dah_was"), r.get("dah")])
-            for r, (key, _f, _a), (k, items) in zip(results, calls, owners)
-            if r.get("fresh")
-        ]  # fmt: skip
         self.conn.apply_many(undo)
-        return [
-            [] if tx.is_coinbase else self.spend_tx(tx, height, dah_height, ignore, tx.txid in skip_missing)
-            for tx in txs
-        ]
+        return sorted(failed)
 
     def _groups(self, tx: Tx) -> dict[tuple[bytes, int], list[tuple[int, int, Outpoint, bytes | None]]]:
         """`tx`'s inputs by the record that holds what they spend: (parent, page) → [(vin, slot,
@@ -195,7 +239,11 @@ class Rules:
         errors: list[tuple[int, UtxoError]] = []
         done: list[tuple[Key, list[Any]]] = []
         common = [txid, height, int(ignore.conflicting), int(ignore.locked), dah_height, self.retention]
+        creating = self._creating({parent for parent, page in groups if page})
         for (parent, page), items in groups.items():
+            if page and parent in creating:
+                errors += [(vin, verdicts.tx_creating(op, parent=True)) for vin, _s, op, _w in items]
+                continue
             key = self.conn.key(parent, page)
             res = self.conn.apply(key, "spend", [[[s, op[1], w, v] for v, s, op, w in items], *common])
             if res.get("code") == "TX_NOT_FOUND" and len(key[2]) > 32:  # no such page: see `_call`
@@ -243,6 +291,8 @@ class Rules:
         return None if out == 0 else verdict(out, op, "unspend", want=want)
 
     def get_spend(self, op: Outpoint, want: bytes, tip: int) -> SpendInfo:
+        if op[1] >= self.batch_size and self._creating([op[0]]):
+            return SpendInfo(SpendStatus.LOCKED)
         _key, res = self._call(
             op, "get_spend", lambda slot: [slot, op[1], want, tip], lambda r: r["status"] == "NOT_FOUND"
         )
@@ -268,6 +318,8 @@ class Rules:
         delay: int = 0,
     ) -> UtxoError | None:
         """freeze / unfreeze / reassign one output (`kernel.outputs`)."""
+        if op[1] >= self.batch_size and self._creating([op[0]]):
+            return verdicts.tx_creating(op)
         key, res = self._call(
             op,
             "alert",

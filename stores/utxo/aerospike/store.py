@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from stores.blob.protocol import BlobStore
+from stores.utxo.aerospike import codec
 from stores.utxo.aerospike.client import Connection
 from stores.utxo.aerospike.prune import PruneMixin
 from stores.utxo.aerospike.read import ReadMixin
@@ -40,7 +41,7 @@ class AerospikeUtxoStore(ReadMixin, PruneMixin, StateMixin, SpendMixin):
         url: str,
         *,
         retention: int = 288,
-        batch_size: int = 20000,
+        batch_size: int = codec.DEFAULT_BATCH_SIZE,
         lock_base_ttl: float = 30.0,
         lock_per_record_ttl: float = 2.0,
         lock_max_ttl: float = 300.0,
@@ -52,9 +53,14 @@ class AerospikeUtxoStore(ReadMixin, PruneMixin, StateMixin, SpendMixin):
         external_cache_bytes: int = 64 << 20,
     ) -> None:
         """As `stores.utxo.sql.store.SqlUtxoStore`: `create=False` opens an existing store only;
-        `batch_size` is fixed when the store is created; `retention` 0 means never prune."""
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        `batch_size` is fixed when the store is created (its default and cap are Aerospike's
+        own: `codec.DEFAULT_BATCH_SIZE`); `retention` 0 means never prune."""
+        if not 0 < batch_size <= codec.MAX_BATCH_SIZE:
+            raise ValueError(
+                f"batch_size (UTXO_BATCH_SIZE) must be 1 to {codec.MAX_BATCH_SIZE} on Aerospike, "
+                f"got {batch_size}: a record holds that many 68-byte slots, every spend rewrites it "
+                "whole, and a record is capped at 1 MiB"
+            )
         if retention < 0:
             raise ValueError(f"retention must be 0 (never prune) or more, got {retention}")
         self.url = url
