@@ -202,10 +202,8 @@ class Database:
             try:
                 yield
                 if self._held_lost or not conn.in_transaction:
-                    raise StorageError(
-                        f"a transaction of many units in {self.url_safe} was rolled "
-                        "back by an error in one of them"
-                    )
+                    raise StorageError(f"a transaction of many units in {self.url_safe} was rolled "
+                                       "back by an error in one of them")
                 cur.execute("COMMIT")
             except BaseException as e:
                 if conn.in_transaction:
@@ -272,10 +270,8 @@ class Database:
         it was for writes that did not happen."""
         assert self._sqlite is not None
         if self._held_lost:
-            raise StorageError(
-                f"a transaction of many units in {self.url_safe} was rolled back "
-                "by an error in an earlier one"
-            )
+            raise StorageError(f"a transaction of many units in {self.url_safe} was rolled back "
+                               "by an error in an earlier one")
         cur.execute("SAVEPOINT unit")
         left, undo = len(self._after), len(self._undo)
         try:
@@ -323,13 +319,8 @@ class Database:
         the next delay."""
         if self.lost(e):
             first = (str(e).strip().splitlines() or [""])[0]
-            log.warning(
-                "%s: the connection to %s was lost (%s: %s), trying again on a new one",
-                what,
-                self.url_safe,
-                type(e).__name__,
-                first,
-            )
+            log.warning("%s: the connection to %s was lost (%s: %s), trying again on a new one",
+                        what, self.url_safe, type(e).__name__, first)
         time.sleep(delay)
         return min(delay * 2, 0.5)
 

@@ -39,9 +39,8 @@ def resume_the_chain(**_: Any) -> None:
         if best is None or (state.get_meta(APPLYING) is None and tip is not None and tip.hash == best.hash):
             return
         h = best.hash[::-1].hex()
-        log.warning(
-            "the chain is not at rest (tip %s, best %s): resuming it", tip and tip.height, best.height
-        )
+        log.warning("the chain is not at rest (tip %s, best %s): resuming it",
+                    tip and tip.height, best.height)
         app.send_task("utxoflow.block.arrived", args=[h, f"resume:{uuid.uuid4().hex[:12]}"])
     finally:
         state.close()

@@ -66,7 +66,8 @@ class Batch:
     def add(self, applied: Applied) -> None:
         self.done.append(applied)
         self.hashes.append(applied.entry.hash)
-        if not self.seq.fuse or len(self.done) >= BATCH_BLOCKS or sum(a.txs for a in self.done) >= BATCH_TXS:
+        if (not self.seq.fuse or len(self.done) >= BATCH_BLOCKS
+                or sum(a.txs for a in self.done) >= BATCH_TXS):
             self.flush()
 
     def flush(self, still: list[bytes] | None = None) -> None:

@@ -74,7 +74,8 @@ def outside_parents(block: Block) -> set[bytes]:
     """The transactions the block's inputs spend from, but for its own."""
     in_block = {t.txid for t in block.txs}
     return {
-        i.prev_txid for t in block.txs if not t.is_coinbase for i in t.inputs if i.prev_txid not in in_block
+        i.prev_txid for t in block.txs if not t.is_coinbase
+        for i in t.inputs if i.prev_txid not in in_block
     }
 
 
@@ -214,10 +215,8 @@ class BlockApplier(Conflicts):
                     c = self.utxo.begin_paged(tx, ctx["height"], block.txs)
                 except TxExists:
                     if self.utxo.creation_state(tx.txid) is None:  # a creator holds only its lock
-                        raise StorageError(
-                            f"tx {tx.txid_hex} is being created by another worker "
-                            "that has not written it yet: the block waits"
-                        ) from None
+                        raise StorageError(f"tx {tx.txid_hex} is being created by another worker "
+                                           "that has not written it yet: the block waits") from None
                     continue  # it exists, or is half made: the spend phase finishes it if need be
                 except StorageError:
                     raise
@@ -225,9 +224,8 @@ class BlockApplier(Conflicts):
                     raise BlockRefused(f"tx {tx.txid_hex}: {e}") from e
                 begun.append(c)
                 per_unit = max(1, -(-len(c.missing) // MAX_UNITS))  # a page a unit, MAX_UNITS at most
-                specs += [
-                    {"tx": i, "pages": list(p), "frozen": c.frozen} for p in chunks(c.missing, per_unit)
-                ]
+                specs += [{"tx": i, "pages": list(p), "frozen": c.frozen}
+                          for p in chunks(c.missing, per_unit)]
             results = self._run(block, "create", ctx, specs)
             there = {i for r in results for i in r.get("exists", [])}  # arrived meanwhile: unmined
             made = set(small) - there
@@ -289,13 +287,10 @@ class BlockApplier(Conflicts):
             if tx.txid not in again:
                 continue
             ops = [(i.prev_txid, i.prev_vout) for i in tx.inputs] if not tx.is_coinbase else []
-            rivals = sorted(
-                {
-                    o.spending_txid
-                    for o in self.utxo.get_outputs(ops).values()
-                    if o.spending_txid is not None and o.spending_txid != tx.txid
-                }
-            )
+            rivals = sorted({
+                o.spending_txid for o in self.utxo.get_outputs(ops).values()
+                if o.spending_txid is not None and o.spending_txid != tx.txid
+            })
             for r in rivals:
                 detail = f"its inputs are spent by {hash_to_hex(r)}"
                 self._refuse_if_ours(f"tx {tx.txid_hex}", r, in_block, detail)
@@ -370,15 +365,10 @@ class BlockApplier(Conflicts):
                     if left_out and tx.txid in new:  # its parent record is gone
                         if not self.allow_missing_inputs:
                             spent = {(s.txid, s.vout) for s in r}
-                            vin, i = next(
-                                (k, i)
-                                for k, i in enumerate(tx.inputs)
-                                if (i.prev_txid, i.prev_vout) not in spent
-                            )
-                            raise BlockRefused(
-                                f"tx {tx.txid_hex} input {vin}: {MISSING_OUTPUT} "
-                                f"(parent tx {hash_to_hex(i.prev_txid)} not found)"
-                            )
+                            vin, i = next((k, i) for k, i in enumerate(tx.inputs)
+                                          if (i.prev_txid, i.prev_vout) not in spent)
+                            raise BlockRefused(f"tx {tx.txid_hex} input {vin}: {MISSING_OUTPUT} "
+                                               f"(parent tx {hash_to_hex(i.prev_txid)} not found)")
                         skipped += left_out
                     continue
                 verdict = self._resolve(tx, r, in_block, resolve)

@@ -120,9 +120,8 @@ class Blocks:
     being kept. A worker that indexes a burst of blocks ahead of the chain so keeps the ones
     it will be asked to help with soonest."""
 
-    def __init__(
-        self, blobs: BlobStore, kept_bytes: int = PARSED_KEPT_BYTES, kept_blocks: int = PARSED_KEPT_BLOCKS
-    ) -> None:
+    def __init__(self, blobs: BlobStore, kept_bytes: int = PARSED_KEPT_BYTES,
+                 kept_blocks: int = PARSED_KEPT_BLOCKS) -> None:
         self.blobs = blobs
         self.kept_bytes = kept_bytes
         self.kept_blocks = kept_blocks
@@ -140,12 +139,8 @@ class Blocks:
         t0 = time.perf_counter()
         block = parse_block_fast(raw)
         self.parses += 1
-        log.info(
-            "parsed block %s (%d txs) in %.1f ms",
-            block.hash_hex,
-            len(block.txs),
-            (time.perf_counter() - t0) * 1000,
-        )
+        log.info("parsed block %s (%d txs) in %.1f ms", block.hash_hex, len(block.txs),
+                 (time.perf_counter() - t0) * 1000)
         return block
 
     def store(self, raw: bytes) -> Block:

@@ -115,8 +115,7 @@ class Conflicts:
             mine = [
                 Spend(op[0], op[1], o.utxo_hash, o.spending_txid, o.spending_vin)
                 for op, o in sorted(outs.items())
-                if o.spending_txid is not None
-                and o.spending_vin is not None
+                if o.spending_txid is not None and o.spending_vin is not None
                 and (o.spending_txid, o.spending_vin) in by[op]
             ]
             if mine:  # a spender that was pruned (a replay of it) spent there for good
@@ -161,8 +160,7 @@ class Conflicts:
             if meta.tx is not None and not meta.tx.is_coinbase:
                 (r,) = self.utxo.spend_many([meta.tx], height, ignore=BLOCK_SPEND)
                 if isinstance(r, UtxoError):
-                    log.warning(
-                        "tx %s could not spend its inputs again, it stays conflicting: %s", hash_to_hex(t), r
-                    )
+                    log.warning("tx %s could not spend its inputs again, it stays conflicting: %s",
+                                hash_to_hex(t), r)
                     continue
             self.utxo.set_conflicting([t], False)

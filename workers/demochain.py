@@ -68,12 +68,8 @@ class Branch:
     ) -> bytes:
         """The bytes of a block that would follow this branch's last, without adding it (so a
         test can submit an invalid block and go on with the valid branch)."""
-        return build_block(
-            self.parent,
-            [coinbase or self.coinbase(), *(txs or [])],
-            bits=bits,
-            timestamp=1_700_000_000 + self.height,
-        )
+        return build_block(self.parent, [coinbase or self.coinbase(), *(txs or [])],
+                           bits=bits, timestamp=1_700_000_000 + self.height)
 
     def coinbase(self, height: int | None = None) -> Tx:
         """A fresh coinbase (a new tag, so a new txid) for the next block, or for `height`."""
@@ -83,7 +79,8 @@ class Branch:
 
     def fork(self, at: int) -> Branch:
         """A new branch whose next block follows block `at` (0-based index) of this one."""
-        b = Branch(block_hash(self.blocks[at]), self.height - (len(self.blocks) - at - 1), tags=self.tags)
+        b = Branch(block_hash(self.blocks[at]), self.height - (len(self.blocks) - at - 1),
+                   tags=self.tags)
         b.blocks, b.txs = list(self.blocks[: at + 1]), list(self.txs[: at + 1])
         return b
 
@@ -180,13 +177,10 @@ def generate(blocks: int, txs_per_block: int, batch_size: int) -> DemoChain:
         raise ValueError("the demo's chain needs at least 3 blocks of at least 4 transactions")
     tags = itertools.count(1)
     make = _Maker(tags)
-    funding = [
-        coinbase_tx(FUNDING_HEIGHT, [(SUBSIDY, tag_script(next(tags)))], tag=next(tags).to_bytes(4, "big"))
-        for _ in range(FUNDING_COINBASES)
-    ]
-    snapshot = [
-        Utxo(t.txid, 0, t.outputs[0].satoshis, t.outputs[0].script, FUNDING_HEIGHT, True) for t in funding
-    ]
+    funding = [coinbase_tx(FUNDING_HEIGHT, [(SUBSIDY, tag_script(next(tags)))],
+                           tag=next(tags).to_bytes(4, "big")) for _ in range(FUNDING_COINBASES)]
+    snapshot = [Utxo(t.txid, 0, t.outputs[0].satoshis, t.outputs[0].script, FUNDING_HEIGHT, True)
+                for t in funding]
     wallet: Wallet = OrderedDict(((u.txid, u.vout), Coin(u.satoshis, u.script)) for u in snapshot)
     main = Branch(SNAPSHOT_HASH, SNAPSHOT_HEIGHT + 1, tags=tags)
     n_big = batch_size * 5 // 2
@@ -221,18 +215,9 @@ def generate(blocks: int, txs_per_block: int, batch_size: int) -> DemoChain:
     base = {(u.txid, u.vout): u.satoshis for u in snapshot}
     new_side = side.blocks[fork_index + 1 :]
     return DemoChain(
-        snapshot=snapshot,
-        main=main.blocks,
-        side=new_side,
-        best=side.txs,
-        big=big,
-        records=-(-n_big // batch_size),
-        remined=remined,
-        double_spent=double_spent,
-        replacement=replacement,
-        fork_height=fork_height,
-        expected=confirmed_utxos(side.txs, base),
-        tip_hash=side.parent,
-        tip_height=side.height - 1,
+        snapshot=snapshot, main=main.blocks, side=new_side, best=side.txs, big=big,
+        records=-(-n_big // batch_size), remined=remined, double_spent=double_spent,
+        replacement=replacement, fork_height=fork_height,
+        expected=confirmed_utxos(side.txs, base), tip_hash=side.parent, tip_height=side.height - 1,
         n_txs=sum(len(t) for t in main.txs) + sum(len(t) for t in side.txs[fork_index + 1 :]),
     )

@@ -41,14 +41,8 @@ Result = dict[str, Any]
 class Fanout(Protocol):
     local: bool  # every unit runs in this process (no other worker writes for the block)
 
-    def run(
-        self,
-        applier: BlockApplier,
-        block: Block,
-        phase: str,
-        ctx: dict[str, int],
-        specs: list[dict[str, Any]],
-    ) -> list[Result]:
+    def run(self, applier: BlockApplier, block: Block, phase: str, ctx: dict[str, int],
+            specs: list[dict[str, Any]]) -> list[Result]:
         """Every unit's result, in unit order (a refused unit's result has `refused`)."""
 
 
@@ -57,14 +51,8 @@ class LocalFanout:
 
     local = True
 
-    def run(
-        self,
-        applier: BlockApplier,
-        block: Block,
-        phase: str,
-        ctx: dict[str, int],
-        specs: list[dict[str, Any]],
-    ) -> list[Result]:
+    def run(self, applier: BlockApplier, block: Block, phase: str, ctx: dict[str, int],
+            specs: list[dict[str, Any]]) -> list[Result]:
         out = []
         for spec in specs:
             applier.heartbeat()
@@ -75,19 +63,9 @@ class LocalFanout:
         return out
 
 
-def work_units(
-    state: StateStore,
-    applier: BlockApplier,
-    block_hash: bytes,
-    get_block: Callable[[], Block],
-    phase: str,
-    run: str,
-    ctx: dict[str, int],
-    holder: str,
-    ttl_s: float,
-    take_over: str | None = None,
-    beat: Callable[[], None] | None = None,
-) -> int:
+def work_units(state: StateStore, applier: BlockApplier, block_hash: bytes, get_block: Callable[[], Block],
+               phase: str, run: str, ctx: dict[str, int], holder: str, ttl_s: float,
+               take_over: str | None = None, beat: Callable[[], None] | None = None) -> int:
     """Claim and run units of a posting until none is left to claim; how many this ran. A unit
     that fails on the stores records the error as its result (the coordinator reports it). The
     block is fetched only once there is a unit to run."""
@@ -114,13 +92,8 @@ def work_units(
             result = {"error": f"{type(e).__name__}: {e}"}
         ran += 1
         if not state.finish_unit(block_hash, phase, run, unit.idx, holder, result):
-            log.warning(
-                "%s unit %d of block %s: the claim lapsed before it finished (harmless: "
-                "units are idempotent)",
-                phase,
-                unit.idx,
-                block_hash[::-1].hex(),
-            )
+            log.warning("%s unit %d of block %s: the claim lapsed before it finished (harmless: "
+                        "units are idempotent)", phase, unit.idx, block_hash[::-1].hex())
         if "refused" in result:
             state.cancel_units(block_hash, phase, run)
 
@@ -128,16 +101,9 @@ def work_units(
 class TaskFanout:
     """Units shared with other workers through the chunk board and helper tasks."""
 
-    def __init__(
-        self,
-        state: StateStore,
-        send: Callable[[str, list[Any]], None],
-        *,
-        ttl_s: float = 120.0,
-        max_helpers: int = 16,
-        poll_s: float = 0.01,
-        share_from: int = 2,
-    ) -> None:
+    def __init__(self, state: StateStore, send: Callable[[str, list[Any]], None], *,
+                 ttl_s: float = 120.0, max_helpers: int = 16, poll_s: float = 0.01,
+                 share_from: int = 2) -> None:
         self.state = state
         self.send = send
         self.ttl_s = ttl_s
@@ -146,14 +112,8 @@ class TaskFanout:
         self.poll_s = poll_s
         self.share_from = max(2, share_from)  # units a phase needs before it is shared at all
 
-    def run(
-        self,
-        applier: BlockApplier,
-        block: Block,
-        phase: str,
-        ctx: dict[str, int],
-        specs: list[dict[str, Any]],
-    ) -> list[Result]:
+    def run(self, applier: BlockApplier, block: Block, phase: str, ctx: dict[str, int],
+            specs: list[dict[str, Any]]) -> list[Result]:
         if len(specs) < self.share_from or self.max_helpers == 0:  # run here: no board, no messages
             return LocalFanout().run(applier, block, phase, ctx, specs)
         run, holder = uuid.uuid4().hex, holder_id()
@@ -166,26 +126,13 @@ class TaskFanout:
             while True:
                 # after a refusal nothing more is started (not even a lapsed unit): only waited for
                 applier.heartbeat()
-                if not refused and work_units(
-                    self.state,
-                    applier,
-                    block.hash,
-                    lambda: block,
-                    phase,
-                    run,
-                    ctx,
-                    holder,
-                    self.ttl_s,
-                    take_over,
-                    applier.heartbeat,
-                ):
+                if not refused and work_units(self.state, applier, block.hash, lambda: block, phase, run,
+                                              ctx, holder, self.ttl_s, take_over, applier.heartbeat):
                     poll = self.poll_s
                 units = self.state.unit_states(block.hash, phase, run)
                 if len(units) != len(specs):  # another coordinator replaced or dropped the posting
-                    raise StorageError(
-                        f"{phase} phase of block {block.hash_hex}: another worker took "
-                        "the block over (its units were reposted)"
-                    )
+                    raise StorageError(f"{phase} phase of block {block.hash_hex}: another worker took "
+                                       "the block over (its units were reposted)")
                 refused = any("refused" in (u.result or {}) for u in units)
                 if all(u.state in (DONE, CANCELLED) for u in units):
                     break
@@ -200,10 +147,8 @@ class TaskFanout:
         if errors:
             raise StorageError(f"{phase} phase of block {block.hash_hex}: {errors[0]}")
         if not refused and any(u.state == CANCELLED for u in units):
-            raise StorageError(
-                f"{phase} phase of block {block.hash_hex}: units were cancelled, "
-                "yet none refused the block (another worker took it over?)"
-            )
+            raise StorageError(f"{phase} phase of block {block.hash_hex}: units were cancelled, "
+                               "yet none refused the block (another worker took it over?)")
         return results
 
     def _call_helpers(self, block: Block, phase: str, run: str, ctx: dict[str, int], n: int) -> None:
@@ -214,16 +159,8 @@ class TaskFanout:
             log.warning("could not send %s helper tasks for block %s: %s", phase, block.hash_hex, e)
 
 
-def help_with(
-    state: StateStore,
-    applier: BlockApplier,
-    load: Callable[[bytes], Block],
-    block_hex: str,
-    phase: str,
-    run: str,
-    ctx: dict[str, int],
-    ttl_s: float = 120.0,
-) -> int:
+def help_with(state: StateStore, applier: BlockApplier, load: Callable[[bytes], Block], block_hex: str,
+              phase: str, run: str, ctx: dict[str, int], ttl_s: float = 120.0) -> int:
     """A helper task's work: run units of the posting until none is left; how many it ran.
     `load` must give only a block whose transactions match its header (Sequencer.genuine): a
     corrupted copy, where the coordinator may hold the genuine one, raises StorageError, and

@@ -64,9 +64,8 @@ def _loads(s: Any) -> Any:
 
 def _reject(channel: Any, raw: str | bytes, why: str) -> None:
     """Drop a message already popped: log it, keep its bytes, and go on consuming."""
-    log.error(
-        "rejected %s (%d bytes, kept in the Redis list %s): %r…", why, len(raw), UNDECODABLE_KEY, raw[:80]
-    )
+    log.error("rejected %s (%d bytes, kept in the Redis list %s): %r…",
+              why, len(raw), UNDECODABLE_KEY, raw[:80])
     try:
         with channel.conn_or_acquire() as client:
             keep = client.pipeline().lpush(UNDECODABLE_KEY, raw)

@@ -157,28 +157,9 @@ def start_private(
     for _ in range(attempts):  # the port may be taken between choosing and binding it
         port = free_port()
         child = sup.start(
-            "redis",
-            [
-                binary,
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(workdir),
-                "--daemonize",
-                "no",
-                "--protected-mode",
-                "yes",
-                *title,
-            ],
-            env=env,
-            cwd=workdir,
-            log=workdir / "redis.log",
+            "redis", [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                      "--dir", str(workdir), "--daemonize", "no", "--protected-mode", "yes", *title],
+            env=env, cwd=workdir, log=workdir / "redis.log",
         )
         url = f"redis://127.0.0.1:{port}/0"
         deadline = time.monotonic() + STARTUP_S

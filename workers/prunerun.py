@@ -92,10 +92,8 @@ class PruneRun:
             self._reorg()
 
     def _reorg(self) -> None:
-        for mark, what in (
-            (DISCONNECTING, "a block is being disconnected (a reorg)"),
-            (REBASE, "the chain is being rebased"),
-        ):
+        for mark, what in ((DISCONNECTING, "a block is being disconnected (a reorg)"),
+                           (REBASE, "the chain is being rebased")):
             if self.p.state.get_meta(mark) is not None:
                 raise Skip(what)
 
@@ -108,10 +106,8 @@ class PruneRun:
             at = "nothing" if tip is None else f"height {tip.height}"
             raise Skip(f"mining has not reached height {self.height} (the tip is at {at})")
         if not self.p.start_known():
-            raise Skip(
-                "the chain's start is not known: a block below its base would take every "
-                "applied block back, and needs their records"
-            )
+            raise Skip("the chain's start is not known: a block below its base would take every "
+                       "applied block back, and needs their records")
         if self.p.config.retention <= 0:
             raise Skip("the retention is 0: records are never pruned")
 
@@ -167,12 +163,8 @@ class PruneRun:
             self.renew()
             if cfg.progress_log_interval and time.monotonic() - self._logged >= cfg.progress_log_interval:
                 self._logged = time.monotonic()
-                log.info(
-                    "prune job %d: %d records seen, %d deleted so far",
-                    self.job.id,
-                    fig["seen"],
-                    total.deleted,
-                )
+                log.info("prune job %d: %d records seen, %d deleted so far",
+                         self.job.id, fig["seen"], total.deleted)
         fig["seconds"] = round(time.monotonic() - t, 3)
 
     def _run_chunks(self, chunks: list[list[bytes]], stable_at: int | None) -> list[PruneResult]:
@@ -247,16 +239,8 @@ def board_key(job_id: int) -> bytes:
     return hashlib.sha256(f"prune-job:{job_id}".encode()).digest()
 
 
-def work_chunks(
-    pruner: Pruner,
-    key: bytes,
-    run: str,
-    height: int,
-    stable_at: int | None,
-    holder: str,
-    take_over: str | None = None,
-    beat: Any = None,
-) -> int:
+def work_chunks(pruner: Pruner, key: bytes, run: str, height: int, stable_at: int | None, holder: str,
+                take_over: str | None = None, beat: Any = None) -> int:
     """Claim and run a posting's chunks until none is left to claim; how many this ran. A chunk
     that fails records its error as its result (the runner fails the job with it)."""
     state = pruner.state

@@ -50,13 +50,8 @@ class RequeueReport:
         return self.lost + self.stale
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "broker_run": self.broker_run,
-            "resent": self.resent,
-            "lost": self.lost,
-            "stale": self.stale,
-            "failed": self.failed,
-        }
+        return {"broker_run": self.broker_run, "resent": self.resent, "lost": self.lost,
+                "stale": self.stale, "failed": self.failed}
 
 
 def requeue(
@@ -76,9 +71,8 @@ def requeue(
             except Exception as err:  # the broker went away again: the next scan goes on
                 failed = len(claimed) - i
                 state.unclaim_pending([c.ident for c in claimed[i:]])
-                log.warning(
-                    "re-sending stopped after %d: %s; %d left for the next scan", lost + stale, err, failed
-                )
+                log.warning("re-sending stopped after %d: %s; %d left for the next scan",
+                            lost + stale, err, failed)
                 break
             cursor = e.seq
             if broker_run is not None and e.broker_run != broker_run:
@@ -89,13 +83,8 @@ def requeue(
             break
     report = RequeueReport(broker_run, lost, stale, failed)
     if report.resent:
-        log.warning(
-            "re-sent %d message(s): %d lost with an earlier broker run, %d pending longer than %.0f s",
-            report.resent,
-            lost,
-            stale,
-            after_s,
-        )
+        log.warning("re-sent %d message(s): %d lost with an earlier broker run, %d pending longer than "
+                    "%.0f s", report.resent, lost, stale, after_s)
     return report
 
 

@@ -115,8 +115,7 @@ class Sequencer:
         # is the same SQLite file: its writes during a block (undo notes, the lease) would wait
         # for the block's own transaction.
         self.fuse = (
-            self.applier.fanout.local
-            and utxo.url.startswith("sqlite:")
+            self.applier.fanout.local and utxo.url.startswith("sqlite:")
             and not same_sqlite_file(utxo.url, state.url)
         )
         self.holder = holder_id(f"{id(self):x}")
@@ -364,13 +363,8 @@ class Sequencer:
         )
         for a in done:
             self._settled.add(a.entry.hash)
-            log.info(
-                "applied block %s at height %d: %s in %.2f s",
-                a.entry.hash[::-1].hex(),
-                a.entry.height,
-                a.counts,
-                a.seconds,
-            )
+            log.info("applied block %s at height %d: %s in %.2f s",
+                     a.entry.hash[::-1].hex(), a.entry.height, a.counts, a.seconds)
         if self.on_applied is not None:
             self.on_applied(last.height)
 

@@ -64,26 +64,13 @@ def services(**overrides: Any) -> Services:
             state = open_state_store(s.state_url)
             blobs = open_blob_store(s.blob_url)
             fanout = TaskFanout(state, _send, max_helpers=s.chunk_helpers(), share_from=SHARE_FROM_UNITS)
-            seq = Sequencer(
-                utxo,
-                state,
-                blobs,
-                allow_missing_inputs=s.allow_missing_inputs,
-                chunk_txs=s.block_chunk_txs,
-                fanout=fanout,
-            )
+            seq = Sequencer(utxo, state, blobs, allow_missing_inputs=s.allow_missing_inputs,
+                            chunk_txs=s.block_chunk_txs, fanout=fanout)
             registry = Registry(state, BrokerRun(s.broker_url))
             # prune chunks go to other workers only where the store takes concurrent writers
             shared = utxo.concurrent_writers and s.chunk_helpers() > 0
-            pruner = Pruner(
-                utxo,
-                state,
-                blobs,
-                PrunerConfig.from_settings(s),
-                send=_send,
-                start_known=seq.index.start_known,
-                shared=shared,
-            )
+            pruner = Pruner(utxo, state, blobs, PrunerConfig.from_settings(s), send=_send,
+                            start_known=seq.index.start_known, shared=shared)
             seq.on_applied = pruner.block_applied
             _services = Services(s, utxo, state, blobs, seq, registry, pruner)
             atexit.register(_services.close)

@@ -119,7 +119,7 @@ class Settings(BaseSettings):
             self.unmined_tx_retention = self.block_height_retention // 2
         if "batch_size" not in self.model_fields_set and self.store_url.lower().startswith("aerospike://"):
             # an Aerospike record is rewritten whole by every spend and capped at 1 MiB: its own
-            # default (stores.utxo.aerospike.store, measured by bench.pagesize)
+            # default (stores.utxo.aerospike.codec, measured by bench.pagesize)
             self.batch_size = AEROSPIKE_BATCH_SIZE
         if self.lock_max_ttl < self.lock_base_ttl:
             raise ValueError(

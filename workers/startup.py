@@ -51,14 +51,12 @@ def check_stores(s: Settings) -> None:
             except StorageError as e:  # not reachable (yet)
                 why = first_line(e)
                 if time.monotonic() >= deadline:
-                    raise CannotStart(
-                        f"{setting} ({mask_url(url)}) could not be reached in {s.store_wait:g} s: {why}"
-                    ) from e
+                    raise CannotStart(f"{setting} ({mask_url(url)}) could not be reached in "
+                                      f"{s.store_wait:g} s: {why}") from e
                 if time.monotonic() - said >= LOG_EVERY:
                     said = time.monotonic()
-                    log.warning(
-                        "waiting for %s (%s) before taking any message: %s", setting, mask_url(url), why
-                    )
+                    log.warning("waiting for %s (%s) before taking any message: %s",
+                                setting, mask_url(url), why)
                 time.sleep(0.5)
             except (StoreError, ValueError) as e:  # an unknown scheme, options refused: never works
                 raise CannotStart(f"{setting} ({mask_url(url)}) cannot work: {first_line(e)}") from e
@@ -66,3 +64,4 @@ def check_stores(s: Settings) -> None:
 
 def first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
+

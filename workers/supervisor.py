@@ -123,14 +123,8 @@ class Supervisor:
         try:
             with signals_held():
                 proc = subprocess.Popen(
-                    list(argv),
-                    env=env,
-                    cwd=cwd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=_child_setup,
+                    list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out,
+                    stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_child_setup,
                 )
                 child = Child(name, proc, log)
                 self.children.append(child)

@@ -143,8 +143,7 @@ class S3BlobStore:
                 self._s3.delete_object_tagging(Bucket=self.bucket, Key=k)
             else:
                 self._s3.put_object_tagging(
-                    Bucket=self.bucket,
-                    Key=k,
+                    Bucket=self.bucket, Key=k,
                     Tagging={"TagSet": [{"Key": DAH_TAG, "Value": str(int(height))}]},
                 )
 

@@ -16,14 +16,6 @@ from stores.state.protocol import (
 from stores.state.prunejobs import PruneJob, Requested
 
 __all__ = [
-    "KEEP",
-    "PENDING_KINDS",
-    "BlockChange",
-    "BlockEntry",
-    "BlockStatus",
-    "PendingEntry",
-    "PruneJob",
-    "Requested",
-    "StateStore",
-    "open_state_store",
+    "KEEP", "PENDING_KINDS", "BlockChange", "BlockEntry", "BlockStatus", "PendingEntry", "PruneJob",
+    "Requested", "StateStore", "open_state_store",
 ]

@@ -77,17 +77,14 @@ class ChunkBoardMixin:
             cur.execute(q("DELETE FROM chunks WHERE block = ? AND phase = ?"), (block, phase))
             cur.executemany(
                 q("INSERT INTO chunks (block, phase, run, idx, spec, state) VALUES (?, ?, ?, ?, ?, ?)"),
-                [
-                    (block, phase, run, i, json.dumps(s, separators=(",", ":")), TODO)
-                    for i, s in enumerate(specs)
-                ],
+                [(block, phase, run, i, json.dumps(s, separators=(",", ":")), TODO)
+                 for i, s in enumerate(specs)],
             )
 
         self.db.write("post chunk units", unit)
 
-    def claim_unit(
-        self, block: bytes, phase: str, run: str, holder: str, ttl_s: float, take_over: str | None = None
-    ) -> Unit | None:
+    def claim_unit(self, block: bytes, phase: str, run: str, holder: str, ttl_s: float,
+                   take_over: str | None = None) -> Unit | None:
         """Claim one unit that nobody holds (or whose claim has lapsed, or whose holder is
         `take_over`, a process known to be gone); None when there is none."""
         now = _ms()
@@ -96,30 +93,25 @@ class ChunkBoardMixin:
             q = self.db.q
             skip = " FOR UPDATE SKIP LOCKED" if self.db.dialect == "postgresql" else ""
             cur.execute(
-                q(
-                    "SELECT idx, spec FROM chunks WHERE block = ? AND phase = ? AND run = ? AND "
-                    "(state = 'todo' OR (state = 'held' AND (expires_at <= ? OR holder = ?))) "
-                    f"ORDER BY idx LIMIT 1{skip}"
-                ),
+                q("SELECT idx, spec FROM chunks WHERE block = ? AND phase = ? AND run = ? AND "
+                  "(state = 'todo' OR (state = 'held' AND (expires_at <= ? OR holder = ?))) "
+                  f"ORDER BY idx LIMIT 1{skip}"),
                 (block, phase, run, now, take_over or ""),
             )
             r = cur.fetchone()
             if r is None:
                 return None
             cur.execute(
-                q(
-                    "UPDATE chunks SET state = 'held', holder = ?, expires_at = ? "
-                    "WHERE block = ? AND phase = ? AND run = ? AND idx = ?"
-                ),
+                q("UPDATE chunks SET state = 'held', holder = ?, expires_at = ? "
+                  "WHERE block = ? AND phase = ? AND run = ? AND idx = ?"),
                 (holder, now + int(ttl_s * 1000), block, phase, run, r[0]),
             )
             return Unit(int(r[0]), json.loads(r[1]))
 
         return self.db.write("claim a chunk unit", unit)
 
-    def finish_unit(
-        self, block: bytes, phase: str, run: str, idx: int, holder: str, result: dict[str, Any] | None
-    ) -> bool:
+    def finish_unit(self, block: bytes, phase: str, run: str, idx: int, holder: str,
+                    result: dict[str, Any] | None) -> bool:
         """Record a held unit's result (None: give it back undone, for another try). False when
         the claim is no longer this holder's (it lapsed and someone else took the unit)."""
 
@@ -127,20 +119,16 @@ class ChunkBoardMixin:
             q = self.db.q
             if result is None:
                 cur.execute(
-                    q(
-                        "UPDATE chunks SET state = 'todo', holder = NULL, expires_at = NULL "
-                        "WHERE block = ? AND phase = ? AND run = ? AND idx = ? AND holder = ? "
-                        "AND state = 'held'"
-                    ),
+                    q("UPDATE chunks SET state = 'todo', holder = NULL, expires_at = NULL "
+                      "WHERE block = ? AND phase = ? AND run = ? AND idx = ? AND holder = ? "
+                      "AND state = 'held'"),
                     (block, phase, run, idx, holder),
                 )
             else:
                 cur.execute(
-                    q(
-                        "UPDATE chunks SET state = 'done', result = ? "
-                        "WHERE block = ? AND phase = ? AND run = ? AND idx = ? AND holder = ? "
-                        "AND state = 'held'"
-                    ),
+                    q("UPDATE chunks SET state = 'done', result = ? "
+                      "WHERE block = ? AND phase = ? AND run = ? AND idx = ? AND holder = ? "
+                      "AND state = 'held'"),
                     (json.dumps(result, separators=(",", ":")), block, phase, run, idx, holder),
                 )
             return bool(cur.rowcount == 1)
@@ -152,10 +140,8 @@ class ChunkBoardMixin:
         self.db.write(
             "cancel chunk units",
             lambda cur: cur.execute(
-                self.db.q(
-                    "UPDATE chunks SET state = 'cancelled' "
-                    "WHERE block = ? AND phase = ? AND run = ? AND state = 'todo'"
-                ),
+                self.db.q("UPDATE chunks SET state = 'cancelled' "
+                          "WHERE block = ? AND phase = ? AND run = ? AND state = 'todo'"),
                 (block, phase, run),
             ),
         )
@@ -163,22 +149,15 @@ class ChunkBoardMixin:
     def unit_states(self, block: bytes, phase: str, run: str) -> list[UnitState]:
         def q(cur: Any) -> list[Any]:
             cur.execute(
-                self.db.q(
-                    "SELECT idx, state, holder, expires_at, result FROM chunks "
-                    "WHERE block = ? AND phase = ? AND run = ? ORDER BY idx"
-                ),
+                self.db.q("SELECT idx, state, holder, expires_at, result FROM chunks "
+                          "WHERE block = ? AND phase = ? AND run = ? ORDER BY idx"),
                 (block, phase, run),
             )
             return list(cur.fetchall())
 
         return [
-            UnitState(
-                int(r[0]),
-                r[1],
-                r[2],
-                None if r[3] is None else int(r[3]),
-                None if r[4] is None else json.loads(r[4]),
-            )
+            UnitState(int(r[0]), r[1], r[2], None if r[3] is None else int(r[3]),
+                      None if r[4] is None else json.loads(r[4]))
             for r in self.db.read("read chunk units", q)
         ]
 
@@ -207,9 +186,8 @@ class ChunkBoardMixin:
 
         def q(cur: Any) -> list[Any]:
             cur.execute(
-                self.db.q(
-                    "SELECT DISTINCT holder FROM chunks WHERE block = ? AND state = 'held' AND expires_at > ?"
-                ),
+                self.db.q("SELECT DISTINCT holder FROM chunks WHERE block = ? AND state = 'held' "
+                          "AND expires_at > ?"),
                 (block, now),
             )
             return list(cur.fetchall())

@@ -70,11 +70,8 @@ class PendingTable:
             "broker_run = excluded.broker_run, sends = pending.sends + 1"
         )
         # an upsert: a connection lost in its COMMIT is tried again too (at worst a send counted twice)
-        self.db.write(
-            "add pending",
-            lambda cur: cur.execute(sql, (ident, kind, key, now, now, broker_run)),
-            idempotent=True,
-        )
+        self.db.write("add pending", lambda cur: cur.execute(sql, (ident, kind, key, now, now, broker_run)),
+                      idempotent=True)
 
     def remove_pending(self, ident: str) -> None:
         sql = self.db.q("DELETE FROM pending WHERE ident = ?")

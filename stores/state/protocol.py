@@ -47,9 +47,7 @@ class BlockEntry:
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
-            "hash": hash_to_hex(self.hash),
-            "height": self.height,
-            "status": self.status.value,
+            "hash": hash_to_hex(self.hash), "height": self.height, "status": self.status.value,
         }
         if self.reason:
             d["reason"] = self.reason
@@ -92,26 +90,15 @@ class StateStore(Protocol):
     url: str
 
     def add_block(
-        self,
-        hash: bytes,
-        parent: bytes,
-        height: int | None,
-        work: int | None,
-        status: BlockStatus,
-        n_txs: int,
-        reason: str | None = None,
+        self, hash: bytes, parent: bytes, height: int | None, work: int | None, status: BlockStatus,
+        n_txs: int, reason: str | None = None,
     ) -> BlockEntry:
         """Create-only: the stored entry (the existing one if the hash is known)."""
 
     def get_block(self, hash: bytes) -> BlockEntry | None: ...
     def update_block(
-        self,
-        hash: bytes,
-        *,
-        status: BlockStatus | None = None,
-        reason: str | None = None,
-        height: int | None = None,
-        work: int | None = None,
+        self, hash: bytes, *, status: BlockStatus | None = None, reason: str | None = None,
+        height: int | None = None, work: int | None = None,
     ) -> None: ...
     def children(self, parent: bytes) -> list[BlockEntry]: ...
     def best_candidate(self) -> BlockEntry | None: ...
@@ -121,7 +108,6 @@ class StateStore(Protocol):
     def get_meta(self, key: str) -> str | None: ...
     def set_meta(self, key: str, value: str | None) -> None:
         """Set (None: remove) a small named value of the chain (e.g. the block being applied)."""
-
     def counts(self) -> dict[str, int]: ...
 
     def commit(
@@ -152,12 +138,10 @@ class StateStore(Protocol):
 
     # The chunk board (stores/state/chunks.py): a block phase's units, claimed by workers.
     def post_units(self, block: bytes, phase: str, run: str, specs: list[dict[str, Any]]) -> None: ...
-    def claim_unit(
-        self, block: bytes, phase: str, run: str, holder: str, ttl_s: float, take_over: str | None = None
-    ) -> Unit | None: ...
-    def finish_unit(
-        self, block: bytes, phase: str, run: str, idx: int, holder: str, result: dict[str, Any] | None
-    ) -> bool: ...
+    def claim_unit(self, block: bytes, phase: str, run: str, holder: str, ttl_s: float,
+                   take_over: str | None = None) -> Unit | None: ...
+    def finish_unit(self, block: bytes, phase: str, run: str, idx: int, holder: str,
+                    result: dict[str, Any] | None) -> bool: ...
     def cancel_units(self, block: bytes, phase: str, run: str) -> None: ...
     def unit_states(self, block: bytes, phase: str, run: str) -> list[UnitState]: ...
     def drop_units(self, block: bytes, phase: str | None = None, run: str | None = None) -> None: ...
@@ -191,9 +175,8 @@ class StateStore(Protocol):
     def prune_request(self, height: int, timeout_s: float) -> Requested: ...
     def prune_take(self, holder: str, ttl_s: float, timeout_s: float) -> PruneJob | None: ...
     def prune_renew(self, job_id: int, holder: str, ttl_s: float, figures: dict[str, Any]) -> bool: ...
-    def prune_finish(
-        self, job_id: int, holder: str, status: str, figures: dict[str, Any], error: str | None = None
-    ) -> bool: ...
+    def prune_finish(self, job_id: int, holder: str, status: str, figures: dict[str, Any],
+                     error: str | None = None) -> bool: ...
     def prune_jobs(self, limit: int = 20) -> list[PruneJob]: ...
     def prune_job(self, job_id: int) -> PruneJob | None: ...
     def prune_open_jobs(self) -> tuple[PruneJob | None, PruneJob | None]: ...

@@ -93,16 +93,8 @@ def _s(ms: int | None) -> float | None:
 
 def _job(r: Any) -> PruneJob:
     return PruneJob(
-        int(r[0]),
-        int(r[1]),
-        str(r[2]),
-        r[3] / 1000,
-        _s(r[4]),
-        _s(r[5]),
-        r[6],
-        _s(r[7]),
-        json.loads(r[8]),
-        r[9],
+        int(r[0]), int(r[1]), str(r[2]), r[3] / 1000, _s(r[4]), _s(r[5]), r[6], _s(r[7]),
+        json.loads(r[8]), r[9],
     )
 
 
@@ -132,18 +124,13 @@ class PruneJobs:
         return None if r is None else int(r[0])
 
     def _end(self, cur: Any, job_id: int, status: str, now: int, why: str) -> None:
-        cur.execute(
-            self.db.q(
-                "UPDATE prune_jobs SET status = ?, ended_at = ?, error = ?, lease_until = NULL WHERE id = ?"
-            ),
-            (status, now, why, job_id),
-        )
+        cur.execute(self.db.q("UPDATE prune_jobs SET status = ?, ended_at = ?, error = ?, lease_until = NULL "
+                              "WHERE id = ?"), (status, now, why, job_id))
 
     def _insert(self, cur: Any, height: int, now: int) -> PruneJob:
         cur.execute(
-            self.db.q(
-                "INSERT INTO prune_jobs (height, status, requested_at, figures) VALUES (?, ?, ?, '{}')"
-            ),
+            self.db.q("INSERT INTO prune_jobs (height, status, requested_at, figures) "
+                      "VALUES (?, ?, ?, '{}')"),
             (height, PENDING, now),
         )
         job = self._one(cur, "status = ?", (PENDING,))
@@ -214,10 +201,8 @@ class PruneJobs:
                 self._end(cur, pending.id, CANCELLED, now, f"covered by the run that completed height {done}")
                 return None
             cur.execute(
-                q(
-                    "UPDATE prune_jobs SET status = ?, started_at = ?, holder = ?, lease_until = ? "
-                    "WHERE id = ?"
-                ),
+                q("UPDATE prune_jobs SET status = ?, started_at = ?, holder = ?, lease_until = ? "
+                  "WHERE id = ?"),
                 (RUNNING, now, holder, now + int(ttl_s * 1000), pending.id),
             )
             return self._one(cur, "id = ?", (pending.id,))
@@ -231,19 +216,16 @@ class PruneJobs:
 
         def unit(cur: Any) -> bool:
             cur.execute(
-                self.db.q(
-                    "UPDATE prune_jobs SET lease_until = ?, figures = ? "
-                    "WHERE id = ? AND holder = ? AND status = ?"
-                ),
+                self.db.q("UPDATE prune_jobs SET lease_until = ?, figures = ? "
+                          "WHERE id = ? AND holder = ? AND status = ?"),
                 (now + int(ttl_s * 1000), json.dumps(figures), job_id, holder, RUNNING),
             )
             return bool(cur.rowcount == 1)
 
         return self.db.write("renew a prune job", unit)
 
-    def prune_finish(
-        self, job_id: int, holder: str, status: str, figures: dict[str, Any], error: str | None = None
-    ) -> bool:
+    def prune_finish(self, job_id: int, holder: str, status: str, figures: dict[str, Any],
+                     error: str | None = None) -> bool:
         """End the run (completed, failed, or cancelled: skipped, with the reason as `error`);
         False if it was no longer this holder's."""
         now = _ms()
@@ -251,10 +233,8 @@ class PruneJobs:
         def unit(cur: Any) -> bool:
             self._jobs_lock(cur)
             cur.execute(
-                self.db.q(
-                    "UPDATE prune_jobs SET status = ?, ended_at = ?, figures = ?, error = ?, "
-                    "lease_until = NULL WHERE id = ? AND holder = ? AND status = ?"
-                ),
+                self.db.q("UPDATE prune_jobs SET status = ?, ended_at = ?, figures = ?, error = ?, "
+                          "lease_until = NULL WHERE id = ? AND holder = ? AND status = ?"),
                 (status, now, json.dumps(figures), error, job_id, holder, RUNNING),
             )
             ok = bool(cur.rowcount == 1)
@@ -263,9 +243,8 @@ class PruneJobs:
                 done = self._done(cur)
                 if done is None or job.height > done:
                     cur.execute(self.db.q("DELETE FROM chain WHERE key = ?"), (DONE_KEY,))
-                    cur.execute(
-                        self.db.q("INSERT INTO chain (key, value) VALUES (?, ?)"), (DONE_KEY, str(job.height))
-                    )
+                    cur.execute(self.db.q("INSERT INTO chain (key, value) VALUES (?, ?)"),
+                                (DONE_KEY, str(job.height)))
             self._trim(cur)
             return ok
 
@@ -273,11 +252,9 @@ class PruneJobs:
 
     def _trim(self, cur: Any) -> None:
         cur.execute(
-            self.db.q(
-                "DELETE FROM prune_jobs WHERE status NOT IN (?, ?) AND id < (SELECT MIN(id) FROM "
-                "(SELECT id FROM prune_jobs WHERE status NOT IN (?, ?) ORDER BY id DESC LIMIT ?) "
-                "AS keep)"
-            ),
+            self.db.q("DELETE FROM prune_jobs WHERE status NOT IN (?, ?) AND id < (SELECT MIN(id) FROM "
+                      "(SELECT id FROM prune_jobs WHERE status NOT IN (?, ?) ORDER BY id DESC LIMIT ?) "
+                      "AS keep)"),
             (PENDING, RUNNING, PENDING, RUNNING, self.prune_history),
         )
 
@@ -306,10 +283,8 @@ class PruneJobs:
         invalid): whose bodies the pruner may remove once below the retention."""
 
         def q(cur: Any) -> list[tuple[bytes, int]]:
-            sql = (
-                "SELECT hash, height FROM blocks WHERE height > ? AND height <= ? "
-                "AND status IN ('applied', 'side', 'invalid') ORDER BY height"
-            )
+            sql = ("SELECT hash, height FROM blocks WHERE height > ? AND height <= ? "
+                   "AND status IN ('applied', 'side', 'invalid') ORDER BY height")
             cur.execute(self.db.q(sql), (above, upto))
             return [(bytes(r[0]), int(r[1])) for r in cur.fetchall()]
 

@@ -64,15 +64,8 @@ def _work(w: int | None) -> str | None:
 
 def _entry(r: Any) -> BlockEntry:
     return BlockEntry(
-        bytes(r[0]),
-        bytes(r[1]),
-        r[2],
-        None if r[3] is None else int(r[3], 16),
-        BlockStatus(r[4]),
-        r[5],
-        r[6],
-        r[7],
-        r[8],
+        bytes(r[0]), bytes(r[1]), r[2], None if r[3] is None else int(r[3], 16), BlockStatus(r[4]),
+        r[5], r[6], r[7], r[8],
     )
 
 
@@ -92,9 +85,8 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs):
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (0x53544154,))  # "STAT": DDL one at a time
         if not self._create:  # a URL that holds no state store is refused, not given one
             cur.execute(
-                "SELECT to_regclass('chain') IS NOT NULL"
-                if self.db.dialect == "postgresql"
-                else "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'chain')"
+                "SELECT to_regclass('chain') IS NOT NULL" if self.db.dialect == "postgresql" else
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'chain')"
             )
             if not cur.fetchone()[0]:
                 raise StorageError(f"no state store at {self.db.url_safe}")
@@ -114,14 +106,8 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs):
 
     # -- blocks ------------------------------------------------------------------------------
     def add_block(
-        self,
-        hash: bytes,
-        parent: bytes,
-        height: int | None,
-        work: int | None,
-        status: BlockStatus,
-        n_txs: int,
-        reason: str | None = None,
+        self, hash: bytes, parent: bytes, height: int | None, work: int | None, status: BlockStatus,
+        n_txs: int, reason: str | None = None,
     ) -> BlockEntry:
         q = self.db.q
 
@@ -153,33 +139,19 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs):
         return None if r is None else _entry(r)
 
     def update_block(
-        self,
-        hash: bytes,
-        *,
-        status: BlockStatus | None = None,
-        reason: str | None = None,
-        height: int | None = None,
-        work: int | None = None,
+        self, hash: bytes, *, status: BlockStatus | None = None, reason: str | None = None,
+        height: int | None = None, work: int | None = None,
     ) -> None:
         self.db.write("update block", lambda cur: self._update_block(cur, hash, status, reason, height, work))
 
     def _update_block(
-        self,
-        cur: Any,
-        hash: bytes,
-        status: BlockStatus | None,
-        reason: str | None,
-        height: int | None,
+        self, cur: Any, hash: bytes, status: BlockStatus | None, reason: str | None, height: int | None,
         work: int | None,
     ) -> None:
         sets: list[str] = []
         vals: list[Any] = []
-        for col, v in (
-            ("status", status and status.value),
-            ("reason", reason),
-            ("height", height),
-            ("work", _work(work)),
-        ):
+        for col, v in (("status", status and status.value), ("reason", reason), ("height", height),
+                       ("work", _work(work))):
             if v is not None:
                 sets.append(f"{col} = ?")
                 vals.append(v)
@@ -276,29 +248,20 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs):
             for h, data in undo.items():
                 cur.execute(q("DELETE FROM undo WHERE hash = ?"), (h,))
                 if data is not None:
-                    cur.execute(
-                        q("INSERT INTO undo (hash, data) VALUES (?, ?)"),
-                        (h, json.dumps(data, separators=(",", ":"))),
-                    )
+                    cur.execute(q("INSERT INTO undo (hash, data) VALUES (?, ?)"),
+                                (h, json.dumps(data, separators=(",", ":"))))
             for key, value in meta.items():
                 self._set_meta(cur, key, value)
             if prune_undo_below is not None:
-                cur.execute(
-                    q(
-                        "DELETE FROM undo WHERE hash IN (SELECT hash FROM blocks "
-                        "WHERE status = 'applied' AND height <= ?)"
-                    ),
-                    (prune_undo_below,),
-                )
+                cur.execute(q("DELETE FROM undo WHERE hash IN (SELECT hash FROM blocks "
+                              "WHERE status = 'applied' AND height <= ?)"), (prune_undo_below,))
 
         self.db.write("commit chain state", unit)
 
     def demote_pending(self, work: int) -> int:
         def unit(cur: Any) -> int:
-            cur.execute(
-                self.db.q("UPDATE blocks SET status = 'side' WHERE status = 'pending' AND work <= ?"),
-                (_work(work),),
-            )
+            cur.execute(self.db.q("UPDATE blocks SET status = 'side' WHERE status = 'pending' AND work <= ?"),
+                        (_work(work),))
             return int(cur.rowcount)
 
         return self.db.write("demote pending blocks", unit)

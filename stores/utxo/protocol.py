@@ -100,7 +100,6 @@ class UtxoStore(PagedRecords, Protocol):
         """Those of `txids` the store holds, each with whether it is mined on the longest chain
         and whether it is conflicting: `existing` and `mined` in one read."""
         ...
-
     def snapshot_block(self) -> tuple[int, bytes] | None: ...
     def get_spend(self, outpoint: Outpoint, utxo_hash: bytes) -> SpendInfo: ...
     def get_output(self, outpoint: Outpoint) -> OutputInfo | None: ...
@@ -151,10 +150,11 @@ class UtxoStore(PagedRecords, Protocol):
 
     # -- pruning ----------------------------------------------------------------------------
     def query_dah(self, height: int, limit: int = 1000) -> list[bytes]: ...
-    def due_page(self, height: int, after: Any = None, limit: int = 1000) -> tuple[list[bytes], Any]:
+    def due_page(
+        self, height: int, after: Any = None, limit: int = 1000
+    ) -> tuple[list[bytes], Any]:
         """Txids due at `height` after the opaque cursor `after`; the cursor to go on from (None:
         none is left)."""
-
     def parents_of(self, txids: Sequence[bytes]) -> set[bytes]: ...
     def delete_expired(self, txids: Sequence[bytes], height: int) -> int: ...
     def prune_next(
@@ -162,12 +162,10 @@ class UtxoStore(PagedRecords, Protocol):
     ) -> tuple[PruneResult, Any]:
         """`prune` of the next `limit` records due after the cursor `after` (found under the
         unit's own lock); the cursor to go on from, None when none is left."""
-
     def prune(self, txids: Sequence[bytes], height: int, stable_at: int | None = None) -> PruneResult:
         """Delete those of `txids` due at `height` (their blobs first; a blob that cannot go keeps
         its record), noting each on the parents that stay; `stable_at`: defensive mode, keeping a
         record while a spender is not mined at or below it."""
-
     def delete_txs(self, txids: Sequence[bytes]) -> int: ...
 
     def fused(self) -> AbstractContextManager[None]:

@@ -211,12 +211,8 @@ class CreationLock:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "txid": hash_to_hex(self.txid),
-            "lock_type": LOCK_TYPE,
-            "created_at": self.created_at,
-            "expires_at": self.expires_at,
-            "process_id": self.process_id,
-            "hostname": self.hostname,
+            "txid": hash_to_hex(self.txid), "lock_type": LOCK_TYPE, "created_at": self.created_at,
+            "expires_at": self.expires_at, "process_id": self.process_id, "hostname": self.hostname,
             "expected_recs": self.expected_recs,
         }
 

@@ -85,24 +85,19 @@ def emit(obj: Any) -> None:
 @click.option("--broker-url", metavar="URL", help="Celery broker (UTXO_BROKER_URL).")
 @click.option("--batch-size", type=click.IntRange(min=1), help="Outputs per record (UTXO_BATCH_SIZE).")
 @click.option(
-    "--max-tx-size-in-store",
-    type=click.IntRange(min=1),
+    "--max-tx-size-in-store", type=click.IntRange(min=1),
     help="Larger transactions go to the blob store (UTXO_MAX_TX_SIZE_IN_STORE).",
 )
 @click.option(
-    "--externalize-all/--no-externalize-all",
-    default=None,
+    "--externalize-all/--no-externalize-all", default=None,
     help="Store every transaction externally (UTXO_EXTERNALIZE_ALL).",
 )
 @click.option(
-    "--retention",
-    "block_height_retention",
-    type=click.IntRange(min=1),
+    "--retention", "block_height_retention", type=click.IntRange(min=1),
     help="Blocks a fully spent record is kept (UTXO_BLOCK_HEIGHT_RETENTION).",
 )
 @click.option(
-    "--allow-missing-inputs/--no-allow-missing-inputs",
-    default=None,
+    "--allow-missing-inputs/--no-allow-missing-inputs", default=None,
     help="Skip inputs whose parent is unknown (UTXO_ALLOW_MISSING_INPUTS).",
 )
 @click.option("--debug", is_flag=True, help="Show a traceback for unexpected errors.")

@@ -70,10 +70,8 @@ class Demo:
         if answers(url):
             try:
                 self.broker = claim_database(url)
-                log(
-                    f"broker: {mask_url(self.broker.url)}, a database of its own on the Redis at "
-                    f"{mask_url(url)} (the others are left untouched)"
-                )
+                log(f"broker: {mask_url(self.broker.url)}, a database of its own on the Redis at "
+                    f"{mask_url(url)} (the others are left untouched)")
                 return
             except NoRedis as e:
                 log(f"{e}: starting a private Redis instead")
@@ -104,24 +102,15 @@ class Demo:
             del os.environ[k]
         os.environ.update({k: v for k, v in env.items() if k.startswith("UTXO_")})
         self.flower_port = free_port()
-        self.sup.start(
-            "flower",
-            [py, "-m", "workers.cli", "flower", "--port", str(self.flower_port), "--address", "127.0.0.1"],
-            env=env,
-            cwd=self.data,
-            log=self.data / "flower.log",
-        )
+        self.sup.start("flower", [py, "-m", "workers.cli", "flower", "--port", str(self.flower_port),
+                                  "--address", "127.0.0.1"], env=env, cwd=self.data,
+                       log=self.data / "flower.log")
         host = socket.gethostname()
         for i in range(1, self.n_workers + 1):
-            self.workers.append(
-                self.sup.start(
-                    f"worker-{i}",
-                    [py, "-m", "workers.cli", "worker", "-n", f"demo{i}@{host}", "-c", "1"],
-                    env=env,
-                    cwd=self.data,
-                    log=self.data / f"worker-{i}.log",
-                )
-            )
+            self.workers.append(self.sup.start(
+                f"worker-{i}", [py, "-m", "workers.cli", "worker", "-n", f"demo{i}@{host}", "-c", "1"],
+                env=env, cwd=self.data, log=self.data / f"worker-{i}.log",
+            ))
 
     def wait_ready(self, rep: Reporter) -> None:
         deadline = time.monotonic() + READY_S
@@ -167,10 +156,8 @@ class Demo:
         from stores.utxo import open_utxo_store
 
         s = self.obj.settings
-        store = open_utxo_store(
-            self.urls["store_url"],
-            **(s.store_options() | {"batch_size": self.batch, "blob_url": self.urls["blob_url"]}),
-        )
+        store = open_utxo_store(self.urls["store_url"], **(s.store_options() | {
+            "batch_size": self.batch, "blob_url": self.urls["blob_url"]}))
         try:
             store.import_utxos(chain.snapshot, height=SNAPSHOT_HEIGHT, block_hash=SNAPSHOT_HASH)
         finally:
@@ -216,19 +203,15 @@ class Demo:
                     w = self.workers[0]
                     raise DemoFailed(f"every worker has exited: {w.tail()} (log: {w.log})")
                 if time.monotonic() > deadline:
-                    raise DemoFailed(
-                        f"{label}: {len(sizes)} of {len(blocks)} blocks not applied after "
-                        f"--timeout {self.timeout:.0f} s (worker logs in {self.data})"
-                    )
+                    raise DemoFailed(f"{label}: {len(sizes)} of {len(blocks)} blocks not applied after "
+                                     f"--timeout {self.timeout:.0f} s (worker logs in {self.data})")
                 time.sleep(0.1)
         return time.perf_counter() - start
 
     def run(self, blocks: int, txs_per_block: int, keep: bool) -> dict[str, Any]:
         started = time.perf_counter()
-        log(
-            f"demo data in {self.data}, a fresh directory kept afterwards: SQLite UTXO and state "
-            f"stores (utxo.db, state.db), file blobs (blobs/); {self.batch} outputs per record"
-        )
+        log(f"demo data in {self.data}, a fresh directory kept afterwards: SQLite UTXO and state "
+            f"stores (utxo.db, state.db), file blobs (blobs/); {self.batch} outputs per record")
         self.start_broker()
         self.start_processes()
         log(f"Flower: http://127.0.0.1:{self.flower_port} ({self.n_workers} workers; logs in {self.data})")
@@ -271,10 +254,8 @@ class Demo:
         if tip is None or tip.hash != want:
             e = state.get_block(want)
             status = f"{e.status.value}{': ' + e.reason if e and e.reason else ''}" if e else "unknown"
-            raise DemoFailed(
-                f"the tip is not {what}'s last block {hash_to_hex(want)} ({status}) but "
-                f"{hash_to_hex(tip.hash) if tip else 'none'}"
-            )
+            raise DemoFailed(f"the tip is not {what}'s last block {hash_to_hex(want)} ({status}) but "
+                             f"{hash_to_hex(tip.hash) if tip else 'none'}")
 
     def check(self, chain: DemoChain) -> dict[str, Any]:
         """The store's confirmed view against the generator's model; the summary's figures."""
@@ -291,18 +272,14 @@ class Demo:
             example = f"; e.g. {hash_to_hex(odd[0])}:{odd[1]}" if odd else ""
             raise DemoFailed(
                 f"check failed: the store's confirmed set is {stats.utxos} UTXOs, {stats.satoshis} satoshis "
-                f"({len(got)} listed), the chain's {len(want)}, {sum(want.values())}{example}"
-            )
+                f"({len(got)} listed), the chain's {len(want)}, {sum(want.values())}{example}")
         big = svc.utxo.get(chain.big.txid)
         if big.total_extra_recs != chain.records - 1 or big.creating:
-            raise DemoFailed(
-                f"check failed: tx {chain.big.txid_hex} spans {big.total_extra_recs + 1} "
-                f"records, expected {chain.records}"
-            )
+            raise DemoFailed(f"check failed: tx {chain.big.txid_hex} spans {big.total_extra_recs + 1} "
+                             f"records, expected {chain.records}")
         if not svc.utxo.get(chain.double_spent.txid).conflicting:
-            raise DemoFailed(
-                f"check failed: the double-spent tx {chain.double_spent.txid_hex} is not conflicting"
-            )
+            raise DemoFailed(f"check failed: the double-spent tx {chain.double_spent.txid_hex} is not "
+                             "conflicting")
         remined = svc.utxo.get(chain.remined.txid)
         if remined.conflicting or chain.fork_height + 1 not in remined.block_heights:
             raise DemoFailed(f"check failed: tx {chain.remined.txid_hex} is not mined on the heavier branch")
@@ -316,11 +293,8 @@ class Demo:
             "tip": {"height": tip.height, "hash": hash_to_hex(tip.hash)},
             "reorgs": 1 if disconnected else 0,  # the first branch's tip was applied, then taken away
             "reorg": {
-                "fork_height": chain.fork_height,
-                "disconnected": disconnected,
-                "connected": len(chain.side),
-                "remined_txid": chain.remined.txid_hex,
-                "double_spent_txid": chain.double_spent.txid_hex,
+                "fork_height": chain.fork_height, "disconnected": disconnected, "connected": len(chain.side),
+                "remined_txid": chain.remined.txid_hex, "double_spent_txid": chain.double_spent.txid_hex,
                 "replacement_txid": chain.replacement.txid_hex,
             },
             "multi_record_tx": chain.big.txid_hex,
@@ -339,52 +313,20 @@ def _fresh_dir(given: Path | None) -> Path:
 
 
 @cli.command("demo")
-@click.option(
-    "--blocks",
-    type=click.IntRange(min=3),
-    default=20,
-    show_default=True,
-    help="Blocks of the first branch (the heavier branch adds 3 from 2 below its tip).",
-)
-@click.option(
-    "--txs-per-block",
-    type=click.IntRange(min=4),
-    default=400,
-    show_default=True,
-    help="Transactions per block besides the coinbase.",
-)
-@click.option(
-    "--workers",
-    "n_workers",
-    type=click.IntRange(min=1),
-    default=2,
-    show_default=True,
-    help="Worker processes to start.",
-)
-@click.option(
-    "--dir",
-    "data_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Where the stores go: an empty or new directory (default: a fresh temporary one).",
-)
+@click.option("--blocks", type=click.IntRange(min=3), default=20, show_default=True,
+              help="Blocks of the first branch (the heavier branch adds 3 from 2 below its tip).")
+@click.option("--txs-per-block", type=click.IntRange(min=4), default=400, show_default=True,
+              help="Transactions per block besides the coinbase.")
+@click.option("--workers", "n_workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Worker processes to start.")
+@click.option("--dir", "data_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where the stores go: an empty or new directory (default: a fresh temporary one).")
 @click.option("--keep", is_flag=True, help="Leave the workers, Flower and Redis running until Ctrl-C.")
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=1),
-    default=300.0,
-    show_default=True,
-    help="Seconds the pipeline may take to apply the chain.",
-)
+@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Seconds the pipeline may take to apply the chain.")
 @click.pass_obj
-def demo_cmd(
-    obj: Context,
-    blocks: int,
-    txs_per_block: int,
-    n_workers: int,
-    data_dir: Path | None,
-    keep: bool,
-    timeout: float,
-) -> int:
+def demo_cmd(obj: Context, blocks: int, txs_per_block: int, n_workers: int, data_dir: Path | None,
+             keep: bool, timeout: float) -> int:
     """Generate a chain, apply it with worker processes, check it and print a summary.
 
     Runs on embedded defaults with nothing else running: SQLite stores and file blobs in a
@@ -407,12 +349,9 @@ def demo_cmd(
             summary = demo.run(blocks, txs_per_block, keep)
             if keep:
                 emit(summary)
-                log(
-                    f"--keep: the workers, Flower ({summary['flower']}) and the broker keep running; "
-                    "Ctrl-C stops them. Query with: "
-                    + " ".join(f"UTXO_{k.upper()}={v}" for k, v in demo.settings().items())
-                    + " utxo tip"
-                )
+                log(f"--keep: the workers, Flower ({summary['flower']}) and the broker keep running; "
+                    "Ctrl-C stops them. Query with: " + " ".join(
+                        f"UTXO_{k.upper()}={v}" for k, v in demo.settings().items()) + " utxo tip")
                 while True:
                     time.sleep(1)
         except KeyboardInterrupt as e:

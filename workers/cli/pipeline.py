@@ -33,25 +33,17 @@ LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "FATAL"]
 @click.option(
     "--queues", "-Q", default="blocks,txs,prune,recovery", show_default=True, help="Queues to consume."
 )
-@click.option(
-    "--concurrency", "-c", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes."
-)
-@click.option(
-    "--loglevel", "-l", default="INFO", show_default=True, type=click.Choice(LOG_LEVELS, case_sensitive=False)
-)
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes.")
+@click.option("--loglevel", "-l", default="INFO", show_default=True,
+              type=click.Choice(LOG_LEVELS, case_sensitive=False))
 @click.option("--name", "-n", default=None, help="Node name (default: utxo-PID@HOST; %h is the host name).")
-@click.option(
-    "--prefetch",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Messages each process takes ahead. Keep 1 for a worker of the `blocks` queue "
-    "(a block task runs for seconds); a `-Q txs` worker may take more.",
-)
+@click.option("--prefetch", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Messages each process takes ahead. Keep 1 for a worker of the `blocks` queue "
+                   "(a block task runs for seconds); a `-Q txs` worker may take more.")
 @click.pass_obj
-def worker_cmd(
-    obj: Context, queues: str, concurrency: int, loglevel: str, name: str | None, prefetch: int
-) -> None:
+def worker_cmd(obj: Context, queues: str, concurrency: int, loglevel: str, name: str | None,
+               prefetch: int) -> None:
     """A Celery worker of this app. It opens each store before it takes a message (a store
     that cannot work: exit 2); `celery -A workers.app worker` runs the same worker without that
     check. Exit status: 0 after SIGTERM (a warm shutdown), 1 after an unrecoverable error or
@@ -71,15 +63,8 @@ def worker_cmd(
     # `app.Worker`, as `celery worker` builds it, rather than `app.worker_main`, which drops the
     # worker's exit code: a worker that dies of an unrecoverable error must not exit 0, or a
     # supervisor restarting on failure leaves it down.
-    worker = app.Worker(
-        hostname=node,
-        queues=queues,
-        concurrency=concurrency,
-        loglevel=loglevel,
-        prefetch_multiplier=prefetch,
-        without_mingle=True,
-        without_gossip=True,
-    )
+    worker = app.Worker(hostname=node, queues=queues, concurrency=concurrency, loglevel=loglevel,
+                        prefetch_multiplier=prefetch, without_mingle=True, without_gossip=True)
     worker.start()
     sys.exit(worker.exitcode or 0)
 
@@ -168,9 +153,8 @@ def _check_broker(obj: Context) -> None:
     try:
         BrokerRun(obj.settings.broker_url).current(fresh=True)
     except BrokerUnreachable as e:
-        raise BadInput(
-            f"UTXO_BROKER_URL ({mask_url(obj.settings.broker_url)}): {first_line(e)}; nothing was enqueued"
-        ) from e
+        raise BadInput(f"UTXO_BROKER_URL ({mask_url(obj.settings.broker_url)}): {first_line(e)}; "
+                       "nothing was enqueued") from e
 
 
 @contextmanager
@@ -187,11 +171,9 @@ def _broker_errors(obj: Context, sent: int, total: int, what: str) -> Iterator[N
     try:
         yield
     except (OperationalError, RedisError, ConnectionError) as e:
-        raise BadInput(
-            f"UTXO_BROKER_URL ({mask_url(obj.settings.broker_url)}) failed after {sent} "
-            f"of {total} {what} were enqueued (the lines above): {first_line(e)}; "
-            "enqueue the same input again to send the rest"
-        ) from e
+        raise BadInput(f"UTXO_BROKER_URL ({mask_url(obj.settings.broker_url)}) failed after {sent} "
+                       f"of {total} {what} were enqueued (the lines above): {first_line(e)}; "
+                       "enqueue the same input again to send the rest") from e
 
 
 @cli.command("wait")
@@ -268,14 +250,7 @@ def flower_cmd(obj: Context, port: int, address: str | None) -> None:
     if auth and not all(":" in pair and pair.split(":", 1)[0] for pair in auth.split(",")):
         raise BadInput("UTXO_FLOWER_BASIC_AUTH must be user:password[,user:password…]")
     args = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "workers.app",
-        "flower",
-        f"--port={port}",
-        f"--address={addr}",
+        sys.executable, "-m", "celery", "-A", "workers.app", "flower", f"--port={port}", f"--address={addr}",
     ]
     env = dict(os.environ)
     if auth:

@@ -16,27 +16,18 @@ POLL_S = 0.2
 
 
 @cli.command("prune")
-@click.option(
-    "--height", type=click.IntRange(min=0), default=None, help="Prune up to this height (default: the tip's)."
-)
+@click.option("--height", type=click.IntRange(min=0), default=None,
+              help="Prune up to this height (default: the tip's).")
 @click.option("--wait", is_flag=True, help="Return once a run has covered the height (0), or on timeout (1).")
-@click.option(
-    "--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, help="Seconds --wait waits."
-)
-@click.option(
-    "--jobs", "show_jobs", is_flag=True, help="Print the pruner's status and its last jobs instead."
-)
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1, max=1000),
-    default=20,
-    show_default=True,
-    help="How many jobs --jobs lists.",
-)
+@click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True,
+              help="Seconds --wait waits.")
+@click.option("--jobs", "show_jobs", is_flag=True,
+              help="Print the pruner's status and its last jobs instead.")
+@click.option("--limit", type=click.IntRange(min=1, max=1000), default=20, show_default=True,
+              help="How many jobs --jobs lists.")
 @click.pass_obj
-def prune_cmd(
-    obj: Context, height: int | None, wait: bool, timeout: float, show_jobs: bool, limit: int
-) -> int:
+def prune_cmd(obj: Context, height: int | None, wait: bool, timeout: float, show_jobs: bool,
+              limit: int) -> int:
     """Request a pruning run and print its job (JSON). A request at or below a height already
     pruned is answered by the job that pruned it; one below a waiting job's height by that job;
     a higher one replaces the waiting job. Workers run it (queue `prune`)."""
@@ -59,10 +50,8 @@ def prune_cmd(
         job, done = _wait(state, job, height, timeout)
         emit(job.to_json())
         if not done:
-            log(
-                f"prune job {job.id} ({job.status}) has not covered height {height}"
-                + (f": {job.error}" if job.error else "")
-            )
+            log(f"prune job {job.id} ({job.status}) has not covered height {height}"
+                + (f": {job.error}" if job.error else ""))
         return 0 if done else 1
     finally:
         state.close()

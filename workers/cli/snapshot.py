@@ -191,11 +191,8 @@ def ensure_empty(store: UtxoStore) -> None:
 
 
 def write_snapshot(
-    store: UtxoStore,
-    batches: Iterable[list[Utxo]],
-    advance: Callable[[int], None],
-    height: int,
-    block_hash: bytes,
+    store: UtxoStore, batches: Iterable[list[Utxo]], advance: Callable[[int], None],
+    height: int, block_hash: bytes,
 ) -> int:
     """One store call, so the import, the store's new height and the snapshot's block are
     all-or-nothing together; the entries stream through it."""
@@ -260,12 +257,10 @@ def import_utxos_cmd(obj: Context, file: str, height: int, block_hash: str) -> N
                     written, counts = import_snapshot(store, f, height, snapshot_block, file, rep)
     finally:
         store.close()
-    emit(
-        {
-            "imported": written,
-            "skipped": counts.skipped,
-            "data_carriers": counts.data_carriers,
-            "height": height,
-            "block_hash": block_hash.strip().lower(),
-        }
-    )
+    emit({
+        "imported": written,
+        "skipped": counts.skipped,
+        "data_carriers": counts.data_carriers,
+        "height": height,
+        "block_hash": block_hash.strip().lower(),
+    })

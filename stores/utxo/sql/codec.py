@@ -233,22 +233,8 @@ def create_shared(like: Record) -> tuple[Any, ...]:
     """The values of SHARED_COLS every record of a create call shares, in their order: SQL
     literals in `create_insert`, values of every row in COPY_CREATE."""
     unmined = None if like.unmined_since is None else int(like.unmined_since)
-    return (
-        int(like.locked),
-        int(like.creating),
-        int(like.conflicting),
-        unmined,
-        None,
-        0,
-        0,
-        0,
-        like.blocks,
-        "[]",
-        "{}",
-        RAW_TX,
-        b"",
-        b"",
-    )
+    return (int(like.locked), int(like.creating), int(like.conflicting), unmined, None, 0, 0, 0,
+            like.blocks, "[]", "{}", RAW_TX, b"", b"")
 
 
 def _literal(value: Any, empty_blob: str) -> str:

@@ -52,7 +52,6 @@ def _after(cursor: Cursor | None) -> tuple[int, int, int]:
     dah, rid = cursor if cursor is not None else (-1, -1)
     return dah, dah, rid
 
-
 # What a prune reads of a record it may delete, of a parent that stays (it learns of the deleted
 # child), and, in defensive mode, of a spender (enough for `Record.mined` and its block list).
 # A due record is also read as a spender in defensive mode (a unit may hold parent and child).
@@ -76,10 +75,8 @@ class PruneMixin(StateMixin):
         validate.number("limit", limit)
 
         def q(cur: Any) -> tuple[list[bytes], Cursor | None]:
-            cur.execute(
-                self.db.q(f"SELECT txid, delete_at_height, id FROM txs WHERE {_DUE_AFTER}"),
-                (height, *_after(after), limit),
-            )
+            cur.execute(self.db.q(f"SELECT txid, delete_at_height, id FROM txs WHERE {_DUE_AFTER}"),
+                        (height, *_after(after), limit))
             rows = cur.fetchall()
             return [bytes(r[0]) for r in rows], ((int(rows[-1][1]), int(rows[-1][2])) if rows else None)
 

@@ -130,12 +130,9 @@ class ReadMixin(PruneMixin):
         validate.txids(txids)
         sql = f"SELECT txid, CASE WHEN {MINED_SQL} THEN 1 ELSE 0 END, conflicting FROM txs WHERE txid"
         keys = sorted(set(txids))
-        return self.db.read(
-            "standing",
-            lambda cur: {
-                bytes(r[0]): Standing(bool(r[1]), bool(r[2])) for r in self.db.select_in(cur, sql, keys)
-            },
-        )
+        return self.db.read("standing", lambda cur: {
+            bytes(r[0]): Standing(bool(r[1]), bool(r[2])) for r in self.db.select_in(cur, sql, keys)
+        })
 
     def _those(self, what: str, txids: Sequence[bytes], where: str) -> set[bytes]:
         """Those of `txids` whose record meets the condition `where`."""

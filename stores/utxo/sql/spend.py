@@ -52,9 +52,7 @@ class SpendMixin(ReadMixin):
 
         def unit(cur: Any) -> list[list[Spend] | UtxoError]:
             parents = self._records(
-                cur,
-                parent_ids,
-                want=((i.prev_txid, i.prev_vout) for tx in txs for i in tx.inputs),
+                cur, parent_ids, want=((i.prev_txid, i.prev_vout) for tx in txs for i in tx.inputs),
                 proj=codec.SPENDS,
             )
             blessed: set[bytes] = set()
@@ -150,3 +148,4 @@ class SpendMixin(ReadMixin):
         (err,) = self._per_output("reassign", [(outpoint, utxo_hash)], act)
         if err is not None:
             raise err
+
