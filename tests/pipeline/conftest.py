@@ -13,6 +13,7 @@ import pytest
 from stores.blob import open_blob_store
 from stores.state import open_state_store
 from stores.utxo import open_utxo_store
+from tests.aerospike_server import drop_set, new_url
 from tests.conftest import PG_ADMIN
 from workers.sequencer import Sequencer
 
@@ -64,3 +65,11 @@ def pg_database() -> Iterator[str]:
             yield f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
         finally:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def aerospike_url() -> Iterator[str]:
+    """An emptied Aerospike set of the test server (AEROSPIKE_HOSTS), emptied again after."""
+    url = new_url()
+    yield url
+    drop_set(None, url)

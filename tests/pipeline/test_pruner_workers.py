@@ -21,11 +21,13 @@ import pytest
 
 from chain import Tx
 from stores.blob import open_blob_store
+from tests.aerospike_server import needs_aerospike
 from tests.pipeline.chains import SNAPSHOT_HEIGHT, Chain, confirmed_model, funding, outpoints, spend
 from tests.pipeline.workers import ROOT, Pipeline, pipeline_fixture, until  # noqa: F401  (the fixture)
 from workers.sequencer import Sequencer
 
 RET = 10
+BACKENDS = ["sqlite", "postgresql", pytest.param("aerospike", marks=needs_aerospike)]
 
 
 def generate(funds: Sequence[Tx], chain: Chain, blocks: int, per_block: int, seed: int) -> None:
@@ -83,13 +85,16 @@ def jobs(pipeline: Pipeline) -> list[dict[str, object]]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_chain_through_the_pipeline_with_retention_10_keeps_only_what_may_be_needed(
     pipeline: Pipeline, request: pytest.FixtureRequest, backend: str
 ) -> None:
     pipeline.env["UTXO_BLOCK_HEIGHT_RETENTION"] = str(RET)
     if backend == "postgresql":  # concurrent writers: a run's chunks are shared with helper tasks
         pipeline.use_postgres(request.getfixturevalue("pg_database"))
+        pipeline.env["UTXO_PRUNER_CHUNK_SIZE"] = "20"
+    if backend == "aerospike":  # concurrent writers too
+        pipeline.use_aerospike(request.getfixturevalue("aerospike_url"))
         pipeline.env["UTXO_PRUNER_CHUNK_SIZE"] = "20"
     funds = funding(40, n_outputs=2)
     chain = pipeline.seed(funds)

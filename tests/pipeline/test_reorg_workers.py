@@ -1,6 +1,6 @@
 """Reorgs through real workers: a heavier branch three blocks deep (one tx mined again, one
-double-spent, the double spend's child in the same block), then back again, on SQLite and
-PostgreSQL; random block trees; a refused block; all against the independent model."""
+double-spent, the double spend's child in the same block), then back again, on SQLite,
+PostgreSQL and Aerospike; random block trees; a refused block; all against the independent model."""
 
 from __future__ import annotations
 
@@ -17,17 +17,9 @@ from tests.pipeline.chains import (
     spend,
 )
 from tests.pipeline.trees import Tree, check_store, make_tree
-from tests.pipeline.workers import Pipeline, pipeline_fixture  # noqa: F401  (fixtures)
+from tests.pipeline.workers import Pipeline, any_pipeline_fixture, pipeline_fixture  # noqa: F401  (fixtures)
 
 BAD_LOG_LINES = ("given up", "Traceback", "invalid", "refused")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def any_pipeline(request: pytest.FixtureRequest, pipeline: Pipeline) -> Pipeline:
-    """The pipeline with its stores on SQLite, or in a PostgreSQL database of its own."""
-    if request.param == "postgresql":
-        pipeline.use_postgres(request.getfixturevalue("pg_database"))
-    return pipeline
 
 
 @dataclass

@@ -20,6 +20,7 @@ import redis
 from chain import Tx
 from stores.state import StateStore, open_state_store
 from stores.utxo import UtxoStore, open_utxo_store
+from tests.aerospike_server import drop_set, needs_aerospike, new_url
 from tests.pipeline.chains import Chain, seed
 from workers.localredis import claim_database
 from workers.registry import Registry
@@ -50,6 +51,11 @@ class Pipeline:
     def use_postgres(self, url: str) -> None:
         """Keep the UTXO and state stores in the (empty) PostgreSQL database at `url` instead."""
         self.env["UTXO_STORE_URL"] = self.env["UTXO_STATE_URL"] = url
+
+    def use_aerospike(self, url: str) -> None:
+        """Keep the UTXO store in the (empty) Aerospike set at `url` instead (the state store
+        stays on SQLite)."""
+        self.env["UTXO_STORE_URL"] = url
 
     # -- commands ------------------------------------------------------------------------------
     def utxo(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -225,6 +231,24 @@ def until(what: Callable[[], Any], timeout: float, poll: float = 0.02, why: str 
             return v
         assert time.monotonic() < deadline, f"timed out waiting: {why}"
         time.sleep(poll)
+
+
+@pytest.fixture(
+    name="any_pipeline", params=["sqlite", "postgresql", pytest.param("aerospike", marks=needs_aerospike)]
+)
+def any_pipeline_fixture(request: pytest.FixtureRequest, pipeline: Pipeline) -> Iterator[Pipeline]:
+    """The pipeline with its UTXO store on SQLite, in a PostgreSQL database of its own (the state
+    store too), or in an Aerospike set of its own (AEROSPIKE_HOSTS; skipped without)."""
+    if request.param == "postgresql":
+        pipeline.use_postgres(request.getfixturevalue("pg_database"))
+    if request.param == "aerospike":
+        url = new_url()
+        pipeline.use_aerospike(url)
+        yield pipeline
+        pipeline.stop(graceful=False)  # before its set is emptied under it
+        drop_set(None, url)
+        return
+    yield pipeline
 
 
 @pytest.fixture(name="pipeline")
