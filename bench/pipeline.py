@@ -2,7 +2,7 @@
 file, N `utxo worker` processes, `utxo wait` — against the same blocks through the store alone
 and a plain SQLite UTXO table, all in the same run.
 
-    python -m bench.pipeline [--backend sqlite|postgresql] [--workers N] [--blocks N]
+    python -m bench.pipeline [--backend sqlite|postgresql|aerospike] [--workers N] [--blocks N]
                              [--txs-per-block N] [--redis URL] [--prune]
 
 The chain starts from a UTXO snapshot (so its first block has outputs to spend); every block
@@ -16,8 +16,8 @@ holds one coinbase and N 2-in/2-out transactions spending the previous block's o
   the chain went through; `parses_per_block`: the blocks the workers parsed (their log's
   "parsed block" lines, counted) per block, and `parses_per_block_per_process` per block and
   process that parsed it at all (1.0: none parsed twice).
-- With `--backend postgresql` the end-to-end run is made on SQLite too, in the same run:
-  `sqlite_tx_per_s` and `vs_sqlite`.
+- With `--backend postgresql` or `aerospike` (AEROSPIKE_HOSTS; its state store on SQLite) the
+  end-to-end run is made on SQLite too, in the same run: `sqlite_tx_per_s` and `vs_sqlite`.
 - With `--prune`, only the end-to-end path, with retention 10, pruning on and off
   (`prune_on_tx_per_s`, `prune_off_tx_per_s`, `on_vs_off`; see `prune_on_off`).
 The broker is an empty database of the Redis at `--redis` (default `UTXO_BROKER_URL`) that the
@@ -92,6 +92,8 @@ def fresh_stores(url: str, tmp: Path, tag: str) -> dict[str, str]:
             "blobs": blobs,
             "tag": tag,
         }
+    if url.startswith("aerospike"):  # a UTXO store only: the state store stays on SQLite
+        return {"store": url, "state": f"sqlite:///{tmp}/{tag}-state.db", "blobs": blobs, "tag": tag}
     return {"store": url, "state": url, "blobs": blobs, "tag": tag}
 
 
@@ -294,7 +296,7 @@ def prune_on_off(args: argparse.Namespace, entries: list[Utxo], raws: list[bytes
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__.split("\n")[0])
-    ap.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
+    ap.add_argument("--backend", choices=["sqlite", "postgresql", "aerospike"], default="sqlite")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--blocks", type=int, default=40)
     ap.add_argument("--txs-per-block", type=int, default=2000)

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 import celeryconfig
+from stores.utxo.aerospike.client import parse_url
 from workers.cli import cli
 from workers.settings import Settings, env_name, load_settings
 
@@ -191,3 +192,36 @@ def test_k8s_flower_has_basic_auth() -> None:
     refs = [e["secretRef"]["name"] for e in container["envFrom"] if "secretRef" in e]
     assert any(basic_auth_ok(secrets.get(r, {}).get("UTXO_FLOWER_BASIC_AUTH")) for r in refs), refs
     assert k8s("Service")["utxo-flower"]["spec"].get("type", "ClusterIP") == "ClusterIP"
+
+
+def test_the_aerospike_overlays_point_the_workers_at_the_server_they_add() -> None:
+    """deploy/aerospike: the compose override and the Kubernetes overlay add a server that runs
+    aerospike.conf, and their UTXO_STORE_URL names that server and the namespace the file makes;
+    the settings they give are valid."""
+    here = DEPLOY / "aerospike"
+    conf = (here / "aerospike.conf").read_text()
+    namespaces = set(re.findall(r"^namespace (\S+) \{", conf, flags=re.M))
+    assert "nsup-period" in conf and len(namespaces) == 1
+    override = yaml.safe_load((here / "compose.yaml").read_text())["services"]
+    server = override["aerospike"]
+    assert "./aerospike.conf:/etc/aerospike/aerospike.conf:ro" in server["volumes"]
+    assert server["command"][-1] == "/etc/aerospike/aerospike.conf"
+    compose_url = override["worker"]["environment"]["UTXO_STORE_URL"]
+    assert override["worker"]["depends_on"]["aerospike"]["condition"] == "service_healthy"
+    overlay = yaml.safe_load((here / "kustomization.yaml").read_text())
+    assert overlay["resources"] == ["../k8s", "aerospike.yaml"]
+    assert overlay["configMapGenerator"][0]["files"] == ["aerospike.conf"]
+    ops = yaml.safe_load(overlay["patches"][0]["patch"])
+    patched = {op["path"].rsplit("/", 1)[1]: op["value"] for op in ops}
+    docs = {d["kind"]: d for d in yaml.safe_load_all((here / "aerospike.yaml").read_text())}
+    mounted = docs["StatefulSet"]["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
+    assert mounted == overlay["configMapGenerator"][0]["name"]
+    service = docs["Service"]["metadata"]["name"]
+    for url, host in ((compose_url, "aerospike"), (patched["UTXO_STORE_URL"], service)):
+        parts = parse_url(url)
+        assert parts.hosts == ((host, 3000),) and {parts.namespace} == namespaces, url
+    data = {**next(iter(k8s("ConfigMap").values()))["data"], **patched}
+    for env in (override["worker"]["environment"], data):
+        given = {k.removeprefix("UTXO_").lower(): v for k, v in env.items() if k.startswith("UTXO_")}
+        settings = load_settings(**given)
+        assert settings.batch_size <= 8192  # an Aerospike record's slots stay under its size limit
