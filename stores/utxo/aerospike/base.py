@@ -120,42 +120,30 @@ class AerospikeBase:
     def _create_only(self, items: Sequence[tuple[Key, dict[str, Any]]], ttl: int | None = None) -> list[bool]:
         """Write each record unless its key exists: per item, whether it was written."""
         import aerospike
-        from aerospike import exception as aex
         from aerospike_helpers.batch import records as br
         from aerospike_helpers.operations import operations as op
 
         policy: dict[str, Any] = {"exists": aerospike.POLICY_EXISTS_CREATE}
         if ttl is not None:
             policy["ttl"] = ttl
+
+        def make(i: int) -> Any:
+            key, bins = items[i]
+            return br.Write(key, [op.write(name, value) for name, value in bins.items()], policy=policy)
+
+        # no retry by the client: a retried create-only write that had gone through would come
+        # back "exists" and be taken for someone else's record (a busy key never ran: `batch`)
+        done = self.conn.batch("writing records", make, len(items), {"max_retries": 0})
         made: list[bool] = []
-        try:
-            for part in chunked(items):
-                writes = br.BatchRecords(
-                    [
-                        br.Write(
-                            key,
-                            [op.write(name, value) for name, value in bins.items()],
-                            policy=policy,
-                        )
-                        for key, bins in part
-                    ]
+        for r in done:
+            if r.result == 13:
+                raise StorageError(
+                    f"a record is too large for {self.url_safe} (max-record-size): lower "
+                    "UTXO_BATCH_SIZE or UTXO_MAX_TX_SIZE_IN_STORE"
                 )
-                # no retry by the client: a retried create-only write that had gone through
-                # would come back "exists" and be taken for someone else's record
-                res = self.conn.client.batch_write(writes, {"max_retries": 0})
-                for r in res.batch_records:
-                    if r.result == 13:
-                        raise StorageError(
-                            f"a record is too large for {self.url_safe} (max-record-size): lower "
-                            "UTXO_BATCH_SIZE or UTXO_MAX_TX_SIZE_IN_STORE"
-                        )
-                    if r.result not in (0, 5):  # 5: the record exists
-                        raise StorageError(
-                            f"writing records on {self.url_safe} failed: result code {r.result}"
-                        )
-                    made.append(r.result == 0)
-        except aex.AerospikeError as e:
-            raise self._fail("writing records", e) from e
+            if r.result not in (0, 5):  # 5: the record exists
+                raise StorageError(f"writing records on {self.url_safe} failed: result code {r.result}")
+            made.append(r.result == 0)
         return made
 
     def _apply_each(self, calls: Sequence[tuple[Key, str, list[Any]]]) -> list[Any]:
