@@ -321,3 +321,56 @@ def test_state_changes_agree(
         else:
             state.expire_preservation(rec, height, RET)
     assert_same(stored(rules), kernel_state(py))
+
+
+@pytest.fixture(scope="module")
+def store() -> Iterator[Any]:
+    from stores.utxo import open_utxo_store
+
+    url = new_url()
+    s = open_utxo_store(url, retention=RET, batch_size=BATCH)
+    yield s
+    drop_set(None, url)
+    s.close()
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    records(), st.sampled_from([100, 130, 300]), st.booleans(), st.sampled_from([0, RET]), st.integers(0, 3)
+)
+def test_the_first_mining_fast_form_is_the_rule(
+    store: Any, recs: dict[bytes, Record], height: int, locked: bool, retention: int, fresh: int
+) -> None:
+    """Set-mined's fast form (plain operations and the DAH rule as an expression) leaves a
+    record exactly as the Lua module's set-mined does, for every record state it takes; the
+    states it leaves to the module are those in a block already, creating, or with a
+    delete-at-height the rule would drop."""
+    import aerospike
+
+    from stores.utxo.aerospike.codec import to_bins
+
+    rec = recs[PARENT_TXS[0].txid]
+    rec.locked = locked
+    if fresh:  # mostly a record in no block yet: the states the fast form is for
+        rec.set_block_list([])
+        rec.unmined_since = 90
+    twin = copy.deepcopy(rec)
+    twin.txid = PARENT_TXS[1].txid
+    policy = {"exists": aerospike.POLICY_EXISTS_CREATE_OR_REPLACE}
+    for r in (rec, twin):
+        store.conn.client.put(store.key(r.txid), to_bins(r), policy=policy)
+    store.retention = store.rules.retention = retention
+    block = (9, height, 1)
+    fast = store._first_mining([rec.txid], block, height)
+    store.rules.set_mined(twin.txid, block, True, False, height)
+    canonical = (
+        not rec.has_blocks
+        and not rec.creating
+        and (rec.delete_at_height is None or rec.conflicting or rec.preserve_until is not None)
+    )
+    assert fast == ({rec.txid} if canonical else set())
+    if fast:
+        from stores.utxo.aerospike.codec import from_bins
+
+        got, want = (fields(from_bins(store._read_bins([store.key(t)])[0])) for t in (rec.txid, twin.txid))
+        assert got == want
