@@ -290,6 +290,25 @@ def test_a_rejected_tx_frees_its_output_for_a_later_one_in_the_batch(store: Utxo
     assert store.get_output((f.txid, 0)).spending_txid == good.txid  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("rounds", range(4))  # (an unordered batch: both orders, most likely)
+def test_a_refused_spend_leaves_no_delete_at_height_on_a_record_it_no_longer_fills(
+    store: UtxoStore, rounds: int
+) -> None:
+    """Of two spends of one mined record's two outputs in one call, the one refused for another
+    parent takes its output back: the record is not all spent, so it has no delete-at-height,
+    whichever of the two reached the record first."""
+    store.set_block_height(100)
+    f = funding(2)
+    created(store, f, mined=True)
+    bad = child((f, 0), (funding(1), 0))  # its second parent is unknown
+    good = child((f, 1))
+    rbad, rgood = store.spend_many([bad, good], 101)
+    assert isinstance(rbad, SpendRejected) and isinstance(rgood, list)
+    meta = store.get(f.txid)
+    assert (meta.spent_utxos, meta.delete_at_height) == (1, None)
+    assert store.get_output((f.txid, 0)).spending_txid is None  # type: ignore[union-attr]
+
+
 def test_rule_order_after_the_parent_checks(store: UtxoStore) -> None:
     from chain import utxo_hash
 

@@ -83,29 +83,7 @@ class AerospikeBase:
         self, keys: Sequence[Key], bins: Sequence[str] | None = None
     ) -> list[dict[str, Any] | None]:
         """Each key's bins (only `bins`, if named), None for a missing record; in batches."""
-        from aerospike import exception as aex
-
-        out: list[dict[str, Any] | None] = []
-        try:
-            for part in chunked(keys):
-                client = self.conn.client
-                res = (
-                    client.batch_read(list(part))
-                    if bins is None
-                    else client.batch_read(list(part), list(bins))
-                )
-                for r in res.batch_records:
-                    if r.result == 0 and r.record is not None:
-                        out.append(r.record[2])
-                    elif r.result == 2:  # not found
-                        out.append(None)
-                    else:
-                        raise StorageError(
-                            f"reading records on {self.url_safe} failed: result code {r.result}"
-                        )
-        except aex.AerospikeError as e:
-            raise self._fail("reading records", e) from e
-        return out
+        return self.conn.read_bins(keys, bins)
 
     def _masters(self, txids: Sequence[bytes], bins: Sequence[str] | None = None) -> dict[bytes, Record]:
         """The master records of `txids` that exist (without their pages)."""

@@ -8,8 +8,8 @@ Invariants:
   never names a missing blob); multi-record ones go through the two-phase coordinator.
 - What a new record holds is the kernel's (`kernel.create`); a transaction without outputs is
   refused; a one-record transaction keeps its bytes in the record (`raw`).
-- A transaction created conflicting is listed on each of its parents' `conflictingCs` (and
-  its pages') right after its own record is written.
+- A transaction created conflicting is listed on each of its parents' (masters')
+  `conflictingCs` right after its own record is written.
 - A snapshot import is checked whole before anything is written (no txid of it may exist);
   a failure while writing deletes what it wrote, so a failed import leaves the store as it was.
 """

@@ -7,8 +7,12 @@ Invariants:
 - A transaction's spend is all or nothing across its parents' records: each parent's inputs
   are spent in one call, and when any parent refuses, the inputs newly spent on the others are
   taken back (`take_back`, which reverts a slot only while it still holds this spender's data).
-  A process that dies between the two leaves spends that the transaction's next attempt (the
-  task is delivered again) either completes or takes back — never a spend by someone else.
+  Not yet kept: a process that dies between the two leaves the spends it made, and an attempt
+  delivered again finds them its own (not new) and so, if it is refused, does not take them
+  back (a spend-intent record naming what an attempt spent would close this).
+- A child page's master takes the page's spent count after every call that ran on the page
+  (`page_spent`, idempotent by the page's revision), so a report lost with a dying process is
+  made by the next call there.
 - Output `vout` lives in record (txid, vout // batch_size); its slot is vout % batch_size.
 """
 
@@ -99,11 +103,8 @@ class Rules:
         if not parents:
             return set()
         wanted = list(parents)
-        res = self.conn.client.batch_read([self.conn.key(t) for t in wanted], ["creating"])
-        return {
-            t for t, r in zip(wanted, res.batch_records)
-            if r.result == 0 and r.record is not None and r.record[2].get("creating") == 1
-        }  # fmt: skip
+        found = self.conn.read_bins([self.conn.key(t) for t in wanted], ["creating"])
+        return {t for t, b in zip(wanted, found) if b is not None and b.get("creating") == 1}
 
     def _report(self, key: Key, res: Mapping[str, Any], dah_height: int) -> None:
         """After a change of a child page's slots: its master takes the page's spent count (for
@@ -198,19 +199,20 @@ class Rules:
             if k in failed:
                 if r["fresh"]:
                     spent = [[items[i][1], mine(txs[k].txid, items[i][0])] for i in r["fresh"]]
-                    undo.append((key, "take_back", [spent, r.get("dah_was"), r.get("dah")]))
+                    args = [spent, r.get("dah_was"), r.get("dah"), dah_height, self.retention]
+                    undo.append((key, "take_back", args))
                 continue
             spends = out[k]
             assert isinstance(spends, list)
             spends += [Spend(op[0], op[1], bytes(h), txs[k].txid, vin)
                        for (vin, _s, op, _w), h in zip(items, r["hashes"])]  # fmt: skip
-            if r["fresh"]:
-                self._report(key, r, dah_height)
+            self._report(key, r, dah_height)
         for k in which:
             spends = out[k]
             if k not in failed and isinstance(spends, list):
                 spends.sort(key=lambda s: s.spending_vin)
-        self.conn.apply_many(undo)
+        for (key, _f, _a), r in zip(undo, self.conn.apply_many(undo)):
+            self._report(key, r, dah_height)
         return sorted(failed)
 
     def _groups(self, tx: Tx) -> dict[tuple[bytes, int], list[tuple[int, int, Outpoint, bytes | None]]]:
@@ -270,8 +272,8 @@ class Rules:
             fresh = res["fresh"]
             if fresh:
                 undo = [[items[k][1], mine(txid, items[k][0])] for k in fresh]
-                done.append((key, [undo, res.get("dah_was"), res.get("dah")]))
-                self._report(key, res, dah_height)
+                done.append((key, [undo, res.get("dah_was"), res.get("dah"), dah_height, self.retention]))
+            self._report(key, res, dah_height)
         if errors:
             for key, args in done:
                 self._report(key, self.conn.apply(key, "take_back", args), dah_height)

@@ -58,12 +58,11 @@ class SpendMixin(CreateMixin):
         for s in spends:
             validate.hash32("utxo_hash", s.utxo_hash)
         height = self.height_for()
-        out = [self.rules.unspend((s.txid, s.vout), s.utxo_hash, height) for s in spends]
-        if lock_parents:
+        if lock_parents:  # first: no one may spend what is freed (unspend itself ignores locked)
             parents = list(dict.fromkeys(s.txid for s in spends))
             there = [p for p, ok in zip(parents, self._exists([self.key(p) for p in parents])) if ok]
             self._set_flag(there, "locked", 1, height)
-        return out
+        return [self.rules.unspend((s.txid, s.vout), s.utxo_hash, height) for s in spends]
 
     def _set_flag(self, txids: Sequence[bytes], what: str, value: int, height: int) -> list[bool]:
         """`set_state` of the Lua module on each master, and on its child pages for the fields

@@ -85,9 +85,11 @@ class StateMixin(SpendMixin):
             self.retention,
         ]
         results = self._apply_all([self.key(t) for t in wanted], "set_mined", args)
-        unlocked = [t for t, r in zip(wanted, results) if isinstance(r, dict) and r.get("unlocked")]
-        if unlocked:
-            self._mirror(unlocked, "locked", 0, height)
+        # a multi-record tx's pages are unlocked too, every time (a call that died between the
+        # master and its pages left them locked; the next delivery must not skip them)
+        paged = [t for t, r in zip(wanted, results) if isinstance(r, dict) and r.get("extra")]
+        if paged:
+            self._mirror(paged, "locked", 0, height)
         after = {
             t: list(r["blocks"]) for t, r in zip(wanted, results) if isinstance(r, dict) and "blocks" in r
         }

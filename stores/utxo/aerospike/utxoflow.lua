@@ -330,9 +330,10 @@ function unspend(rec, items, dah_height, retention)
 end
 
 -- the undo of `spend`'s fresh items {slot, spending data} when another record refused the same
--- transaction (all or nothing across records): a slot is reverted only while it holds that data,
--- and the delete-at-height goes back to `dah_was` while it is still the `dah` that spend set
-function take_back(rec, items, dah_was, dah)
+-- transaction (all or nothing across records): a slot is reverted only while it holds that data;
+-- the delete-at-height goes back to `dah_was` while it is still the `dah` that spend set, and is
+-- settled by the rule again (at `dah_height`) when another change has moved it since
+function take_back(rec, items, dah_was, dah, dah_height, retention)
     if not aerospike:exists(rec) then
         return err("TX_NOT_FOUND")
     end
@@ -352,6 +353,8 @@ function take_back(rec, items, dah_was, dah)
         rec["rev"] = (rec["rev"] or 0) + 1
         if rec["deleteAtHeight"] == dah then
             rec["deleteAtHeight"] = dah_was
+        else
+            apply_dah(rec, dah_height, retention)
         end
         aerospike:update(rec)
     end
@@ -541,10 +544,8 @@ function set_mined(rec, block_id, block_height, subtree, on_longest, unset, heig
     rec["blockHeights"] = hs
     rec["subtreeIdxs"] = subs
     local out = map()
-    if flag(rec, "locked") then
-        rec["locked"] = 0
-        out["unlocked"] = 1 -- (the child pages' mirrored flag is the caller's to clear)
-    end
+    rec["locked"] = nil -- (the child pages' mirrored flag is the caller's to clear: `extra`)
+    out["extra"] = rec["totalExtraRecs"] or 0
     apply_dah(rec, height, retention)
     aerospike:update(rec)
     out["blocks"] = block_ids(rec)
