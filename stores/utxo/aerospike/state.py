@@ -4,10 +4,7 @@ same call on a batch of records at once.
 
 Invariants:
 - Set-mined finishes any creation left half done among its records first (it is a recovery
-  path of two-phase creation) and never clears `creating` by itself. Its commonest case (a
-  record mined for the first time on the longest chain) is plain operations with the DAH rule
-  as an expression (`dah_first_mining`), for the records whose state it holds for; the rest
-  go through the Lua module.
+  path of two-phase creation) and never clears `creating` by itself.
 - Child pages mirror their master's locked and conflicting flags: every change of those on a
   master is made on its pages too (set-mined's unlock included), masters first.
 - Set-locked and set-conflicting change nothing when a txid is not stored (TxNotFound); a
@@ -18,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from chain import hash_to_hex
 from stores.errors import StoreError
@@ -27,26 +23,6 @@ from stores.utxo.aerospike.spend import SpendMixin
 from stores.utxo.errors import TxNotFound, UtxoError
 
 log = logging.getLogger("utxoflow.store")
-
-
-def dah_first_mining(new: int) -> Any:
-    """`kernel.dah.due` for a record mined for the first time on the longest chain, as an
-    Aerospike expression of the delete-at-height (new = height + retention): kept while
-    preserved, the earliest for a conflicting record, the later of its own and `new` when every
-    UTXO is spent; otherwise no change, which is no delete-at-height here (the fast path's
-    filter lets through only records whose delete-at-height the rule keeps). A test holds it to
-    the Lua module's set-mined."""
-    from aerospike_helpers import expressions as exp
-
-    has, dah = exp.BinExists("deleteAtHeight"), exp.IntBin("deleteAtHeight")
-    spent = exp.Cond(exp.BinExists("spentUtxos"), exp.IntBin("spentUtxos"), 0)
-    conflicting = exp.And(exp.BinExists("conflicting"), exp.Eq(exp.IntBin("conflicting"), 1))
-    return exp.Cond(
-        exp.BinExists("preserveUntil"), exp.Unknown(),  # (keep)
-        conflicting, exp.Cond(has, dah, new),
-        exp.GE(spent, exp.IntBin("recordUtxos")), exp.Cond(exp.And(has, exp.GT(dah, new)), dah, new),
-        exp.Unknown(),
-    ).compile()  # fmt: skip
 
 
 class StateMixin(SpendMixin):
@@ -67,12 +43,6 @@ class StateMixin(SpendMixin):
         validate.txids(txids)
         height = self.height_for(block_height)
         wanted = list(dict.fromkeys(txids))
-        first: set[bytes] = set()
-        if not unset and on_longest_chain:
-            first = self._first_mining(wanted, (block_id, block_height, subtree_idx), height)
-            if len(first) == len(wanted):
-                return [[block_id] for _t in txids]
-        wanted = [t for t in wanted if t not in first]
         if not unset:
             self._finish_creations(wanted, block_height)
         args = [
@@ -93,53 +63,9 @@ class StateMixin(SpendMixin):
         after = {
             t: list(r["blocks"]) for t, r in zip(wanted, results) if isinstance(r, dict) and "blocks" in r
         }
-        after.update((t, [block_id]) for t in first)
         return [
             after[t] if t in after else TxNotFound(f"tx {hash_to_hex(t)} not found", txid=t) for t in txids
         ]
-
-    def _first_mining(self, txids: Sequence[bytes], block: tuple[int, int, int], height: int) -> set[bytes]:
-        """Set-mined's commonest case, a record in no block mined on the longest chain for the
-        first time, as plain operations without a Lua call: the block list written, unmined-since
-        and locked dropped, and the delete-at-height by `kernel.dah.due` in its fast form
-        (`dah_first_mining`). Only records the form holds for go this way (the filter: in no
-        block, not creating, one record, no page reports, and a delete-at-height only where the
-        rule keeps one: conflicting or preserved); the txids it changed."""
-        import aerospike
-        from aerospike_helpers import expressions as exp
-        from aerospike_helpers.batch import records as br
-        from aerospike_helpers.operations import expression_operations as eo
-        from aerospike_helpers.operations import operations as op
-
-        def flag(name: str) -> Any:
-            return exp.And(exp.BinExists(name), exp.Eq(exp.IntBin(name), 1))
-
-        canonical = exp.And(
-            exp.Not(exp.BinExists("blockIDs")),
-            exp.Not(flag("creating")),
-            exp.Not(exp.BinExists("totalExtraRecs")),
-            exp.Not(exp.BinExists("pageSpent")),
-            exp.Or(
-                exp.Not(exp.BinExists("deleteAtHeight")), flag("conflicting"), exp.BinExists("preserveUntil")
-            ),
-        ).compile()
-        ops = [
-            op.write("blockIDs", [block[0]]),
-            op.write("blockHeights", [block[1]]),
-            op.write("subtreeIdxs", [block[2]]),
-            op.write("unminedSince", aerospike.null()),
-            op.write("locked", aerospike.null()),
-        ]
-        if self.retention > 0:
-            flags = aerospike.EXP_WRITE_DEFAULT | aerospike.EXP_WRITE_EVAL_NO_FAIL
-            ops.append(
-                eo.expression_write("deleteAtHeight", dah_first_mining(height + self.retention), flags)
-            )
-        policy = {"expressions": canonical, "exists": aerospike.POLICY_EXISTS_UPDATE}
-        done = self.conn.batch(
-            "set_mined", lambda i: br.Write(self.key(txids[i]), ops, policy=policy), len(txids)
-        )
-        return {t for t, r in zip(txids, done) if r.result == 0}
 
     def _finish_creations(self, txids: Sequence[bytes], block_height: int) -> None:
         """Finish every listed transaction whose creation was left half done — a master still
