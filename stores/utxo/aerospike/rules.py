@@ -3,7 +3,8 @@ and the codes it returns turned into the kernel's own verdicts (`kernel.verdicts
 
 Invariants:
 - A record's rule runs inside the server under the record's lock (a UDF), so per record it is
-  atomic; nothing here reads a record to decide a rule.
+  atomic; nothing here reads a record to decide a rule, but for whether a child page's master
+  is still creating (`_creating`: the kernel asks the master first, and pages clear first).
 - A transaction's spend is all or nothing across its parents' records: each parent's inputs
   are spent in one call, and when any parent refuses, the inputs newly spent on the others are
   taken back (`take_back`, which reverts a slot only while it still holds this spender's data).
