@@ -30,6 +30,7 @@ from stores.utxo.kernel.spend import NO_IGNORE, Ignore, expected_hash
 from stores.utxo.records import Spend, SpendInfo, SpendStatus
 
 Ctx = str  # "spend", "unspend", "verify" (freeze / unfreeze / reassign), "freeze"
+REDONE = ("UTXO_HASH_MISMATCH", "UTXO_NOT_FROZEN")  # what a reassign done already answers again
 
 
 def mine(txid: bytes, vin: int) -> bytes:
@@ -329,11 +330,25 @@ class Rules:
             lambda slot: [what, slot, op[1], want, new_hash, tip, delay],
             lambda r: r != 0 and r["code"] == "TX_NOT_FOUND",
         )
+        paged = what == "reassign" and len(key[2]) > 32
         if res != 0:
+            if paged and res["code"] in REDONE and self._holds(key, op, new_hash):
+                # an earlier attempt reassigned the page and may have died before noting it on
+                # the master: note it now (once), and answer as the kernel does a second reassign
+                self._note(op, want, new_hash, tip, delay)
             return verdict(res, op, "freeze" if what == "freeze" else "verify", want=want)
-        if what == "reassign" and len(key[2]) > 32:  # the master keeps the log and count
-            self.conn.apply(self.conn.key(op[0]), "note_reassign", [op[1], want, new_hash, tip, delay])
+        if paged:  # the master keeps the log and the whole transaction's count
+            self._note(op, want, new_hash, tip, delay)
         return None
+
+    def _note(self, op: Outpoint, want: bytes, new_hash: bytes | None, tip: int, delay: int) -> None:
+        self.conn.apply(self.conn.key(op[0]), "note_reassign", [op[1], want, new_hash, tip, delay])
+
+    def _holds(self, key: Key, op: Outpoint, new_hash: bytes | None) -> bool:
+        """Whether the page at `key` holds `new_hash` as the UTXO hash of output `op`."""
+        (bins,) = self.conn.read_bins([key], ["utxos"])
+        off = (op[1] % self.batch_size) * 68
+        return bins is not None and new_hash is not None and bytes(bins["utxos"][off : off + 32]) == new_hash
 
     # -- record state ---------------------------------------------------------------------------
     def set_mined(

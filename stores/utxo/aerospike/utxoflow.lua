@@ -384,9 +384,19 @@ end
 
 -- a master notes a reassign done on one of its child pages (the kernel keeps the log, the
 -- spendable heights and the whole transaction's count on the master)
+-- (once: a note of the same output's reassignment to the same hash is there already → 1)
 function note_reassign(rec, vout, want_b, new_hash_b, tip, delay)
     if not aerospike:exists(rec) then
         return err("TX_NOT_FOUND")
+    end
+    local log = rec["reassignments"]
+    if log ~= nil then
+        local new_hash = str(new_hash_b)
+        for i = 1, list.size(log) do
+            if log[i]["offset"] == vout and str(log[i]["new_utxo_hash"]) == new_hash then
+                return 1
+            end
+        end
     end
     log_reassign(rec, vout, want_b, new_hash_b, tip, delay)
     aerospike:update(rec)
