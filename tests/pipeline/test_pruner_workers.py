@@ -216,17 +216,19 @@ def test_racing_requests_from_two_processes_run_one_job_at_a_time_at_the_latest_
 
 @pytest.mark.timeout(300)
 def test_a_worker_killed_mid_run_leaves_the_job_to_the_next_run(pipeline: Pipeline, s3_endpoint: str) -> None:
-    # every tx external, in S3: a run removes a blob per record, one record a unit, which makes
-    # it long enough to kill in the middle (two a unit: a CI run once finished before the kill)
+    # every tx external, in S3 (a run removes a blob per record), and a wait after each unit: a
+    # run long enough to kill in the middle on any machine (without the wait, CI runs here
+    # finished the job before the kill)
     bucket = f"prune-{uuid.uuid4().hex[:10]}"
     boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
     pipeline.env.update(
-        UTXO_BLOCK_HEIGHT_RETENTION=str(RET), UTXO_PRUNER_CHUNK_SIZE="1", UTXO_EXTERNALIZE_ALL="true",
+        UTXO_BLOCK_HEIGHT_RETENTION=str(RET), UTXO_PRUNER_CHUNK_SIZE="2", UTXO_EXTERNALIZE_ALL="true",
+        UTXOFLOW_TEST_PRUNE_UNIT_DELAY="0.02",
         UTXO_BLOB_URL=f"s3://{bucket}/b?endpoint_url={s3_endpoint}&region=us-east-1",
         AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
     )
     funds = funding(40, n_outputs=2)
-    chain = apply_here(pipeline, funds, blocks=35, per_block=30)
+    chain = apply_here(pipeline, funds, blocks=35, per_block=20)
     tip = SNAPSHOT_HEIGHT + 35
     everything = [t.txid for t in funds] + [t.txid for txs in chain.txs for t in txs]
     before = stored(pipeline, everything)
