@@ -19,6 +19,7 @@ from typing import Any
 
 from stores.sqldb import Database, increasing_key
 from stores.state.protocol import PENDING_KINDS, PendingEntry
+from stores.state.recovery import insert_sql
 
 COLS = "ident, kind, key, seq, enqueued_at, sent_at, broker_run, sends"
 IN_CHUNK = 500  # ids per `IN (…)` list: well below either database's parameter limit
@@ -69,13 +70,26 @@ class PendingTable:
             "ON CONFLICT (ident) DO UPDATE SET sent_at = excluded.sent_at, "
             "broker_run = excluded.broker_run, sends = pending.sends + 1"
         )
-        # an upsert: a connection lost in its COMMIT is tried again too (at worst a send counted twice)
-        self.db.write("add pending", lambda cur: cur.execute(sql, (ident, kind, key, now, now, broker_run)),
-                      idempotent=True)
+        recover = insert_sql(self.db)
 
-    def remove_pending(self, ident: str) -> None:
+        def unit(cur: Any) -> None:
+            cur.execute(sql, (ident, kind, key, now, now, broker_run))
+            if kind == "tx":  # a mempool tx is followed until it is mined (workers/recovery)
+                cur.execute(recover, (ident, kind, key, now))
+
+        # upserts: a connection lost in its COMMIT is tried again too (at worst a send counted twice)
+        self.db.write("add pending", unit, idempotent=True)
+
+    def remove_pending(self, ident: str, accepted: bool = False) -> None:
         sql = self.db.q("DELETE FROM pending WHERE ident = ?")
-        self.db.write("remove pending", lambda cur: cur.execute(sql, (ident,)))
+        note = self.db.q("UPDATE recovery SET accepted = 1 WHERE ident = ?")
+
+        def unit(cur: Any) -> None:
+            cur.execute(sql, (ident,))
+            if accepted:
+                cur.execute(note, (ident,))
+
+        self.db.write("remove pending", unit)
 
     def pending(self, upto: int | None = None) -> list[PendingEntry]:
         def q(cur: Any) -> list[Any]:

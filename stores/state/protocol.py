@@ -8,6 +8,8 @@ Invariants every backend keeps (tests/state checks each):
 - `commit` changes blocks, the tip, undo records and meta values in one transaction: a reader
   never sees a block applied above the tip, or the tip on a block not applied.
 - A lease has at most one holder until it expires; so has a chunk unit (see chunks.py).
+- A recovery entry's claim and release follow stores/state/recovery.py; a terminal entry
+  never changes again.
 - A pending message (`PendingEntry`) stays until it is removed, whatever happens to the broker;
   `claim_pending` hands an entry to one caller only (two scans racing never both re-send it)
   and marks it sent, now, under the broker run the caller names.
@@ -23,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from chain import hash_to_hex
 from stores.state.chunks import Unit, UnitState
 from stores.state.prunejobs import PruneJob, Requested
+from stores.state.recovery import RecoveryEntry
 
 
 class BlockStatus(enum.StrEnum):
@@ -151,10 +154,13 @@ class StateStore(Protocol):
     # The registry of pending messages (stores/state/pending.py, workers/registry.py).
     def add_pending(self, ident: str, kind: str, key: str, broker_run: str) -> None:
         """Register a message about to be sent (ValueError: unknown kind). An ident already
-        pending keeps its place and enqueued time; its sent time, run and count are updated."""
+        pending keeps its place and enqueued time; its sent time, run and count are updated.
+        A tx also gets its recovery entry (`recovery_add`), in the same transaction."""
 
-    def remove_pending(self, ident: str) -> None:
-        """The message is finished for good (removing what is not there is harmless)."""
+    def remove_pending(self, ident: str, accepted: bool = False) -> None:
+        """The message is finished for good (removing what is not there is harmless); with
+        `accepted`, its tx's record was made, noted on its recovery entry in the same
+        transaction (from then on the record's absence means it was removed)."""
 
     def pending(self, upto: int | None = None) -> list[PendingEntry]:
         """Pending entries in registration order; with `upto`, only those whose seq ≤ it."""
@@ -170,6 +176,15 @@ class StateStore(Protocol):
     def unclaim_pending(self, idents: list[str]) -> None:
         """These claimed entries were not sent after all: the next claim takes them whatever
         the broker run or age; entries no longer pending are left out."""
+
+    # -- the recovery manager's claims (stores/state/recovery.py) -------------------------------
+    def recovery_add(self, kind: str, keys: Sequence[str]) -> int: ...
+    def recovery_claim(
+        self, holder: str, lease_s: float, older_than_s: float, limit: int
+    ) -> list[RecoveryEntry]: ...
+    def recovery_release(self, ident: str, holder: str, outcome: str, status: str = "pending") -> bool: ...
+    def recovery_entry(self, ident: str) -> RecoveryEntry | None: ...
+    def recovery_summary(self, last: int = 20) -> dict[str, Any]: ...
 
     # -- the pruner's jobs (stores/state/prunejobs.py) -------------------------------------------
     def prune_request(self, height: int, timeout_s: float) -> Requested: ...

@@ -1,6 +1,7 @@
 """The state store on SQLite or PostgreSQL: tables `blocks`, `chain` (the tip), `undo`, `leases`,
-`pending` (the registry of pending messages: stores/state/pending.py) and `prune_jobs` (the
-pruner's jobs: stores/state/prunejobs.py).
+`pending` (the registry of pending messages: stores/state/pending.py), `prune_jobs` (the
+pruner's jobs: stores/state/prunejobs.py) and `recovery` (the recovery manager's claims:
+stores/state/recovery.py).
 
 Cumulative work is kept as 64 hex digits, zero-padded, so that ordering the text orders the
 numbers on both databases (work can exceed any integer column).
@@ -21,6 +22,7 @@ from stores.state.chunks import ChunkBoardMixin, chunk_ddl
 from stores.state.pending import PendingTable, pending_ddl
 from stores.state.protocol import KEEP, BlockChange, BlockEntry, BlockStatus
 from stores.state.prunejobs import PruneJobs, prune_ddl
+from stores.state.recovery import RecoveryTable, recovery_ddl
 
 log = logging.getLogger("utxoflow.state")
 
@@ -69,7 +71,7 @@ def _entry(r: Any) -> BlockEntry:
     )
 
 
-class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs):
+class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable):
     def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = url
         self._create = create
@@ -92,7 +94,7 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs):
                 raise StorageError(f"no state store at {self.db.url_safe}")
         # a store made before `pending` existed gains the table here: nothing else changed, so the
         # schema version stays
-        extra = pending_ddl(self.db.dialect) + prune_ddl(self.db.dialect)
+        extra = pending_ddl(self.db.dialect) + prune_ddl(self.db.dialect) + recovery_ddl(self.db.dialect)
         for stmt in _ddl(self.db.blob, self.db.bigint) + extra:
             cur.execute(stmt)
         cur.execute(self.db.q("SELECT value FROM chain WHERE key = 'schema'"))

@@ -19,7 +19,9 @@ from stores.state import StateStore, open_state_store
 from stores.utxo.sqlite import sqlite_path
 
 BACKENDS = ["sqlite", "postgresql"]
-TABLES = ("blocks", "chain", "undo", "leases", "pending", "chunks", "prune_jobs")
+TABLES = (
+    "blocks", "chain", "undo", "leases", "pending", "chunks", "prune_jobs", "recovery", "recovery_counts",
+)
 
 
 @pytest.fixture(params=BACKENDS)
