@@ -144,6 +144,12 @@ class UtxoStore(PagedRecords, Protocol):
 
     # -- two-phase creation: the record-level calls are `PagedRecords`'s ------------
     def get_creation_lock(self, txid: bytes) -> CreationLock | None: ...
+    def half_done_creations(self, limit: int = 1000) -> list[bytes]:
+        """Up to `limit` txids (sorted) whose creation nobody is finishing: a master still
+        `creating` with no live lock, or a lapsed lock with no master. The recovery manager
+        finishes them (`complete_creation`), or clears a lapsed lock that left nothing."""
+        ...
+
     def complete_creation(self, txid: bytes, block_height: int | None = None) -> bool:
         """Finish a half-done multi-record creation (a reader that meets `creating` may ask)."""
         ...

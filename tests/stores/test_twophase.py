@@ -8,6 +8,7 @@ test_twophase_crash.py; here each recovery path is driven step by step in one pr
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -396,3 +397,36 @@ def test_set_mined_mines_the_rest_when_one_creation_cannot_be_finished(paged: Ut
     with pytest.raises(SpendRejected) as e:
         paged.spend(child((stuck, 0)), 101)
     assert isinstance(e.value.first, TxCreating)
+
+
+def test_half_done_creations_are_found_and_only_those(paged: UtxoStore, tmp_path: Any) -> None:
+    """What the recovery manager asks for: masters still creating that no live lock covers,
+    and lapsed locks that left no master; never a complete tx or a creation under way."""
+    done, half, under_way, lapsed_bare, lapsed_half = (big_tx(paged) for _ in range(5))
+    paged.create(done, 100)
+    half_created(paged, half, [1])  # its creator stopped after a page, lock released
+    rec = twophase.master_record(
+        paged, under_way, 100, (), locked=False, conflicting=False, frozen=False, fee=None  # type: ignore[arg-type]
+    )
+    live = twophase.begin_creation(paged, under_way, rec, frozen=False)  # type: ignore[arg-type]
+    short = open_utxo_store(
+        paged.url, batch_size=PAGE, blob_url=paged.external.url, lock_base_ttl=1, lock_per_record_ttl=0,
+        lock_max_ttl=1,
+    )
+    try:
+        assert short.acquire_creation_lock(lapsed_bare.txid, 3) is not None  # died before its master
+        rec2 = twophase.master_record(
+            short, lapsed_half, 100, (), locked=False, conflicting=False, frozen=False, fee=None  # type: ignore[arg-type]
+        )
+        twophase.begin_creation(short, lapsed_half, rec2, frozen=False)  # type: ignore[arg-type]
+        assert paged.half_done_creations() == [half.txid]
+        time.sleep(1.1)  # both short locks lapse
+        three = sorted([half.txid, lapsed_bare.txid, lapsed_half.txid])
+        assert paged.half_done_creations() == three
+        assert len(paged.half_done_creations(limit=1)) == 1
+        assert paged.complete_creation(half.txid) and paged.complete_creation(lapsed_half.txid)
+        assert paged.half_done_creations() == [lapsed_bare.txid]
+    finally:
+        short.close()
+    paged.release_creation_lock(live.lock)
+    assert under_way.txid in paged.half_done_creations()  # its lock gone, the master still creating

@@ -33,6 +33,7 @@ from stores.utxo.errors import ProcessingError, TxNotFound
 from stores.utxo.kernel.record import Record
 from stores.utxo.records import LOCK_TYPE, CreationLock
 
+LOCK_TXID = "lockTxid"
 LOCK_RECORD_GRACE = 86_400  # seconds a lock record outlives its lock (for its options)
 OPTIONS = "createOpts"
 
@@ -87,6 +88,7 @@ class PagedMixin(AerospikeBase):
             "lockType": LOCK_TYPE, "createdAt": lock.created_at, "expiresAt": lock.expires_at,
             "pid": lock.process_id, "host": lock.hostname, "expected": expected_recs,
             "options": json.dumps(options or {}, separators=(",", ":")),
+            LOCK_TXID: txid,  # the key is a digest: a query finds lapsed locks by this bin
         }  # fmt: skip
         record_ttl = int(ttl) + LOCK_RECORD_GRACE
         for _attempt in range(2):
@@ -120,6 +122,29 @@ class PagedMixin(AerospikeBase):
         validate.hash32("txid", txid)
         held = self._lock_bins(txid)
         return None if held is None else dict(json.loads(held[0]["options"]))
+
+    def half_done_creations(self, limit: int = 1000) -> list[bytes]:
+        """Txids whose creation a dead creator left half done (see the Protocol): two scans of
+        the set with filters (masters still creating; lock records), joined here."""
+        from aerospike_helpers.expressions import base as exp
+
+        validate.number("limit", limit)
+        now = int(time.time() * 1000)
+        creating = exp.And(exp.Eq(exp.IntBin("page"), 0), exp.Eq(exp.IntBin("creating"), 1)).compile()
+        found = self._query("finding creating masters", ["txid"], expression=creating)
+        masters = {bytes(b["txid"]) for b in found}
+        is_lock = exp.Eq(exp.StrBin("lockType"), LOCK_TYPE).compile()
+        live: set[bytes] = set()
+        lapsed_locks: set[bytes] = set()
+        for b in self._query("finding creation locks", [LOCK_TXID, "expiresAt"], expression=is_lock):
+            if LOCK_TXID in b:  # a lock written before the bin existed is found by its master only
+                (live if b["expiresAt"] > now else lapsed_locks).add(bytes(b[LOCK_TXID]))
+        orphaned = lapsed_locks - masters
+        if orphaned:
+            ordered = sorted(orphaned)
+            there = self._exists([self.key(t) for t in ordered])
+            orphaned = {t for t, e in zip(ordered, there, strict=True) if not e}
+        return sorted((masters - live) | orphaned)[:limit]
 
     def get_creation_lock(self, txid: bytes) -> CreationLock | None:
         """The live lock on `txid`, for inspection; an expired one counts as none."""

@@ -117,6 +117,25 @@ class LockMixin(SqlBase):
         r = self.db.read("creation_options", q)
         return None if r is None else dict(json.loads(r[0]))
 
+    def half_done_creations(self, limit: int = 1000) -> list[bytes]:
+        """Txids whose creation a dead creator left half done (see the Protocol)."""
+        validate.number("limit", limit)
+        now = int(time.time() * 1000)
+
+        def q(cur: Any) -> list[bytes]:
+            cur.execute(
+                self.db.q(
+                    "SELECT t.txid FROM txs t WHERE t.creating = 1 AND NOT EXISTS "
+                    "(SELECT 1 FROM tx_locks l WHERE l.txid = t.txid AND l.expires_at > ?) "
+                    "UNION SELECT l.txid FROM tx_locks l WHERE l.expires_at <= ? AND NOT EXISTS "
+                    "(SELECT 1 FROM txs t WHERE t.txid = l.txid) LIMIT ?"
+                ),
+                (now, now, limit),
+            )
+            return [bytes(r[0]) for r in cur.fetchall()]
+
+        return sorted(self.db.read("half_done_creations", q))
+
     def get_creation_lock(self, txid: bytes) -> CreationLock | None:
         """The live lock on `txid`, for inspection; an expired one counts as none."""
         validate.hash32("txid", txid)
