@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import threading
-import time
+import os
 import uuid
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import task_received, worker_ready
 
 from workers import kombu_fix
 
@@ -47,33 +46,39 @@ def resume_the_chain(**_: Any) -> None:
 
 
 @worker_ready.connect
-def requeue_lost_messages(sender: Any = None, **_: Any) -> None:
+def start_recovery(sender: Any = None, **_: Any) -> None:
     """A worker starting sends one re-sending scan (workers/requeue.py): messages pending from
-    before a broker restart, or from a worker that died holding them, are sent again now. Then
-    it sends one every UTXO_REQUEUE_INTERVAL seconds from a thread of its main process, as
-    `utxo beat` does, so that no beat is needed: a broker that lost its queues while the
-    workers ran is noticed within an interval. Any worker may take a scan; scans at once are
-    safe (each due message is claimed by one), and one not taken within an interval expires.
-    Only a worker of the `recovery` queue sends the periodic ones: Redis drops an expired
-    message only when a worker takes it, so scans sent where none is taken would pile up."""
+    before a broker restart are sent again now, whoever leads. Then it starts its threads
+    (workers/recovery/run.py): its liveness heartbeat, and — a worker of the `recovery` queue,
+    unless UTXO_RECOVERY_ENABLED is false — a recovery manager contending for the leadership,
+    so that no other process (beat) is needed to recover anything."""
+    from workers.recovery.run import start_in_worker
     from workers.settings import load_settings
 
-    interval = load_settings().requeue_interval
-    _send_scan(interval)
+    settings = load_settings()
+    _send_scan(settings.requeue_interval)
     consumer = getattr(sender, "task_consumer", None)
     queues = {q.name for q in getattr(consumer, "queues", None) or ()}
-    if not queues or "recovery" in queues:
-        threading.Thread(target=_scan_every, args=(interval,), name="utxoflow-requeue", daemon=True).start()
+    manage = settings.recovery_enabled and (not queues or "recovery" in queues)
+    node = str(getattr(sender, "hostname", None) or f"pid{os.getpid()}")
+    global _note_taken
+    _note_taken = start_in_worker(app, settings, node, manage)
+
+
+_note_taken: Any = None
+
+
+@task_received.connect
+def note_taken(request: Any = None, **_: Any) -> None:
+    """Each message a worker receives is noted as its own (by delivery tag), so that the
+    recovery manager can give it back at once if this worker dies (workers/recovery/liveness.py)."""
+    tag = (getattr(request, "delivery_info", None) or {}).get("delivery_tag")
+    if _note_taken is not None and tag:
+        _note_taken(str(tag))
 
 
 def _send_scan(expires: float) -> None:
     try:
         app.send_task("utxoflow.recovery.requeue", expires=expires)
-    except Exception as e:  # the worker runs on: the next interval tries again
+    except Exception as e:  # the worker runs on: the leader's next scan re-sends anyway
         log.warning("could not send the re-sending scan: %s", e)
-
-
-def _scan_every(interval: float) -> None:
-    while True:
-        time.sleep(interval)
-        _send_scan(interval)

@@ -47,8 +47,10 @@ class Registry:
         kind, key = parse_ident(ident)
         self.state.add_pending(ident, kind, key, self.broker.known() if self.broker else "")
 
-    def done(self, ident: str) -> None:
-        self.state.remove_pending(ident)
+    def done(self, ident: str, accepted: bool = False) -> None:
+        """`ident`'s task finished for good; `accepted`: its tx's record was made (noted for
+        the recovery manager in the same write)."""
+        self.state.remove_pending(ident, accepted)
 
     def pending(self) -> set[str]:
         return {e.ident for e in self.state.pending()}

@@ -96,13 +96,17 @@ class Settings(BaseSettings):
     parent_preservation_blocks: PositiveInt = 14400
     disable_dah_cleaner: bool = False
 
-    # -- recovery (seed 004) ---------------------------------------------------------------------
+    # -- recovery (seed 004; workers/recovery/) -------------------------------------------------
+    recovery_enabled: bool = True  # workers of the `recovery` queue contend to run the manager
     recovery_ttl: Seconds = 30.0
     recovery_scan_interval: PositiveSeconds = 5.0
     recovery_batch_size: PositiveInt = 100
     recovery_workers: PositiveInt = 4
     recovery_lease: PositiveSeconds = 30.0
     recovery_not_found_grace: Seconds = 1800.0  # 0 disables the NotFound → orphan promotion
+    # the PostgreSQL advisory lock the leader holds (the seed's own id); on SQLite, a lease row
+    recovery_advisory_lock_id: int = 8389190333894887286
+    recovery_instance_id: str = ""  # the manager's name ("": host:pid:token)
 
     # -- re-sending messages a broker lost (workers/requeue.py, `utxo beat`) -----------------------
     requeue_after: PositiveSeconds = 300.0  # a message pending this long is sent again (longer than a block)

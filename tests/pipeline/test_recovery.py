@@ -1,0 +1,116 @@
+"""The recovery manager on a real pipeline: `utxo recover --once` (and `utxo recover`) against
+a real worker, real Redis and real stores. Every mempool transaction's entry goes from pending
+to exactly one terminal status and never back, as a model written here says it must:
+
+  a  accepted, then mined                       → confirmed
+  b  double-spends a (refused by its task)       → deleted (refused again on recovery)
+  c  its message lost, its parent unknown        → not found, then orphan after the grace period
+  d  accepted, then a block mines a rival        → deleted (conflicting)
+  e  its message lost: blob, no record           → processed again by the manager, then confirmed
+  f  accepted, never mined                       → stays pending (unmined), checked every scan
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from chain import Tx
+from tests.pipeline.chains import funding, spend
+from tests.pipeline.workers import Pipeline, pipeline_fixture, until  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.timeout(180)
+GRACE = 20.0  # longer than the steps before the last scan take
+
+
+def recover(pipeline: Pipeline, *args: str) -> dict[str, Any]:
+    r = pipeline.utxo("recover", *args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out: dict[str, Any] = json.loads(r.stdout)
+    return out
+
+
+def outcomes(report: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """ident → (status, outcome) of what one scan handled."""
+    return {h["ident"]: (h["status"], h["outcome"]) for h in report.get("handled", [])}
+
+
+def raws(*txs: Tx) -> list[bytes]:
+    return [t.raw for t in txs]
+
+
+def ident(t: Tx) -> str:
+    return f"tx:{t.txid_hex}"
+
+
+def test_every_transition_of_a_mempool_tx(pipeline: Pipeline) -> None:
+    env = pipeline.env
+    env.update({
+        "UTXO_RECOVERY_ENABLED": "false",  # only the scans this test runs
+        "UTXO_RECOVERY_TTL": "0",
+        "UTXO_RECOVERY_NOT_FOUND_GRACE": str(GRACE),
+        "UTXO_REQUEUE_AFTER": "1h",  # nothing re-sent behind the test's back
+    })
+    funds = funding(4, n_outputs=2)
+    chain = pipeline.seed(funds)
+    ghost = funding(1)[0]  # never in the store
+    a, d, f = spend((funds[0], 0)), spend((funds[1], 0)), spend((funds[3], 0))
+    b = spend((funds[0], 0), n_outputs=2)  # a's rival
+    c, e = spend((ghost, 0)), spend((funds[2], 0))
+
+    # c and e: enqueued (blob written, entry registered), their messages then lost
+    enqueued_c = time.time()
+    pipeline.enqueue("tx", raws(c, e))
+    assert pipeline.redis.llen("txs") == 2
+    pipeline.redis.delete("txs")
+    pipeline.start_worker("w1")
+    pipeline.enqueue("tx", raws(a, d, f))
+    until(lambda: all(pipeline.tx(t.txid_hex) for t in (a, d, f)), 30, why="a, d and f accepted")
+    pipeline.enqueue("tx", raws(b))
+    until(lambda: ident(b) not in pipeline.pending(), 30, why="b refused")
+    assert pipeline.tx(b.txid_hex) is None and pipeline.tx(e.txid_hex) is None
+
+    first = recover(pipeline, "--once")
+    got = outcomes(first)
+    assert set(first["claimed"]) == {ident(t) for t in (a, b, c, d, e, f)}
+    assert got[ident(a)][0] == got[ident(d)][0] == got[ident(f)][0] == "pending"
+    assert got[ident(a)][1].startswith("unmined")
+    assert got[ident(b)][0] == "deleted" and "refused" in got[ident(b)][1]
+    assert got[ident(c)] == ("pending", got[ident(c)][1]) and got[ident(c)][1].startswith("not found")
+    assert got[ident(e)][0] == "pending" and got[ident(e)][1].startswith("unmined")  # made, just now
+    made = pipeline.tx(e.txid_hex)
+    assert made is not None and made["unmined_since"] is not None
+
+    rival = spend((funds[1], 0), n_outputs=2)  # d's inputs, spent by a block
+    chain.add([a, e, rival])
+    pipeline.enqueue("block", [chain.blocks[-1]])
+    until(lambda: pipeline.tip()["height"] == chain.height - 1, 30, why="the block applied")
+
+    second = outcomes(recover(pipeline, "--once"))
+    assert second[ident(a)][0] == second[ident(e)][0] == "confirmed"
+    assert second[ident(a)][1] == f"confirmed: mined at height {chain.height - 1}"
+    assert second[ident(d)] == ("deleted", "deleted: conflicting")
+    assert second[ident(f)][0] == "pending" and ident(b) not in second  # b is terminal: not claimed
+    assert second[ident(c)][0] == "pending" and second[ident(c)][1].startswith("not found")
+
+    time.sleep(max(0.0, enqueued_c + GRACE + 0.5 - time.time()))
+    third = outcomes(recover(pipeline, "--once"))
+    assert set(third) == {ident(c), ident(f)}  # only what is still pending
+    assert third[ident(c)][0] == "orphan" and "its parents are not in the store" in third[ident(c)][1]
+    assert third[ident(f)][0] == "pending"
+
+    # never back: enqueued again, scanned again — terminal entries stay where they are
+    pipeline.enqueue("tx", raws(a, d))
+    pipeline.wait(30)
+    assert set(outcomes(recover(pipeline, "--once"))) == {ident(f)}
+    status = recover(pipeline)
+    assert status["states"] == {"tx": {"confirmed": 2, "deleted": 2, "orphan": 1, "pending": 1}}
+    assert status["outcomes"]["tx"] == {
+        "confirmed": 2, "deleted": 2, "orphan": 1, "not found": 2, "unmined": 7,
+    }
+    assert status["leader"] is None  # --once lets go when done
+    assert status["last"][0]["ident"] == ident(f)
+    assert ident(c) not in pipeline.pending()  # the orphan's message has nothing left to do

@@ -1,0 +1,2 @@
+"""The recovery manager (seed 004): leader election, leased claims of what a crash left behind,
+and giving back what dead workers and lost messages held; run inside workers and by `utxo recover`."""

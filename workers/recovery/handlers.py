@@ -1,0 +1,128 @@
+"""What becomes of one claimed recovery entry (run by the `utxoflow.recovery.handle` task, or
+inline by `utxo recover --once`): the store is looked at, whatever was left half done is done,
+and the entry is released with its outcome.
+
+A tx entry (`tx:<txid>`, a mempool tx enqueued) ends
+- `confirmed` once its record is mined on the best chain (the store's `unmined_since` is clear
+  and it has a block);
+- `deleted` when its record is conflicting, when its record is gone after its task made it
+  (pruned or taken back), or when applying it again is refused for good (a double spend);
+- `orphan` when neither its record nor a way to make it (its blob, its parents) has been found
+  for UTXO_RECOVERY_NOT_FOUND_GRACE seconds since it was enqueued (0: never);
+- and stays pending otherwise (unmined, or not found yet), checked again at a later scan.
+A tx with no record whose bytes are in the blob store and that was never accepted is applied
+again here (workers/mempool.py: idempotent). A master still `creating` is finished first.
+
+A creation entry (`creation:<txid>`) is finished from its blob (`complete_creation`); a lapsed
+lock that left neither a record nor a blob is cleared. Either way the entry goes (`done`).
+
+Invariants: every step here is idempotent, so an entry handled twice (a lease that ran out
+under a slow handler, a task delivered twice) ends the same; the outcome's text before any
+colon is the word its count is kept under.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from chain import ParseError, hex_to_hash, parse_tx
+from stores.blob.protocol import BlobNotFound, blob_key
+from stores.errors import StorageError
+from stores.state.recovery import DONE, PENDING, RecoveryEntry
+from stores.utxo import TxNotFound
+from workers.mempool import apply_tx, waiting_for_parents
+from workers.services import Services
+
+log = logging.getLogger("utxoflow.recovery")
+Verdict = tuple[str, str]  # (status, outcome)
+
+
+def handle(svc: Services, entry: RecoveryEntry) -> Verdict:
+    """The entry's new status and its outcome (see the module). Raises StorageError when a
+    store fails: the caller releases the entry as failed, for a later scan."""
+    if entry.kind == "creation":
+        return _creation(svc, hex_to_hash(entry.key))
+    return _tx(svc, entry)
+
+
+def _tx(svc: Services, entry: RecoveryEntry) -> Verdict:
+    txid = hex_to_hash(entry.key)
+    verdict = _by_record(svc, txid)
+    if verdict is not None:
+        return verdict
+    if entry.accepted:
+        return "deleted", "deleted: its record was removed after it was made"
+    try:
+        raw = svc.blobs.get(blob_key(txid, "tx"))
+    except BlobNotFound:
+        return _not_found(svc, entry, "no record and no blob")
+    try:
+        tx = parse_tx(raw)
+    except ParseError as e:
+        return "deleted", f"deleted: its blob does not parse ({e})"
+    refused = apply_tx(svc.utxo, tx)
+    if refused is None:
+        svc.registry.done(entry.ident, accepted=True)
+        return _by_record(svc, txid) or (PENDING, "processed again: accepted")
+    if waiting_for_parents(refused):
+        return _not_found(svc, entry, f"its parents are not in the store ({refused})")
+    svc.registry.done(entry.ident)
+    return "deleted", f"deleted: refused ({refused})"
+
+
+def _by_record(svc: Services, txid: bytes) -> Verdict | None:
+    """The verdict its record gives (None: no record)."""
+    try:
+        meta = svc.utxo.get(txid)
+        if meta.creating:
+            svc.utxo.complete_creation(txid)
+            meta = svc.utxo.get(txid)
+    except TxNotFound:
+        return None
+    if meta.conflicting:
+        return "deleted", "deleted: conflicting"
+    if meta.block_ids and meta.unmined_since is None:
+        return "confirmed", f"confirmed: mined at height {max(meta.block_heights, default=0)}"
+    return PENDING, "unmined: in the store, not mined yet"
+
+
+def _not_found(svc: Services, entry: RecoveryEntry, why: str) -> Verdict:
+    grace = svc.settings.recovery_not_found_grace
+    if grace > 0 and time.time() - entry.stored_at >= grace:
+        return "orphan", f"orphan: not found for {grace:.0f} s: {why}"
+    return PENDING, f"not found: {why}"
+
+
+def _creation(svc: Services, txid: bytes) -> Verdict:
+    store = svc.utxo
+    if store.get_creation_lock(txid) is not None:
+        return PENDING, "under way: a live creator holds its lock"
+    if store.complete_creation(txid):
+        return DONE, "finished"
+    if store.creation_state(txid) is not None:
+        return PENDING, "failed: its records are there but clearing `creating` failed again"
+    lock = store.acquire_creation_lock(txid, 1)  # takes the lapsed one over, so as to remove it
+    if lock is not None:
+        store.release_creation_lock(lock)
+    return DONE, "abandoned: no record and no blob to make it from; its lapsed lock cleared"
+
+
+def release_all(svc: Services, entries: list[RecoveryEntry]) -> list[dict[str, Any]]:
+    """Handle each entry and release it; what became of each (`released` False: its claim was
+    no longer this holder's, so nothing was recorded)."""
+    out = []
+    for e in entries:
+        try:
+            status, outcome = handle(svc, e)
+        except StorageError as err:
+            status, outcome = PENDING, f"failed: {err}"
+        except Exception as err:  # one bad entry must not stop the rest: logged, retried later
+            log.exception("recovering %s failed", e.ident)
+            status, outcome = PENDING, f"failed: {type(err).__name__}: {err}"
+        released = svc.state.recovery_release(e.ident, e.holder, outcome, status)
+        if released and e.kind == "tx" and status not in (PENDING, DONE):
+            svc.registry.done(e.ident)  # its message, if still pending, has nothing left to do
+        out.append({"ident": e.ident, "status": status, "outcome": outcome, "released": released})
+    return out

@@ -1,0 +1,128 @@
+"""Who runs the recovery manager: one leader at a time (seed 004).
+
+On a PostgreSQL state store the leader holds `pg_try_advisory_lock(UTXO_RECOVERY_ADVISORY_LOCK_ID)`
+on a connection of its own: the lock dies with that connection, so a leader that dies (or loses
+its database) stops leading at once, and the next manager to try takes over. On SQLite it holds
+the state store's lease `recovery-leader` for UTXO_RECOVERY_LEASE seconds, renewed at every
+scan: a dead leader's lease lapses within one lease (at once when it was a process of this host).
+
+Invariants:
+- At most one manager leads at a time (the lock or the lease decides; nothing else does).
+- Every `hold()` re-checks: a leader that lost its lock or lease learns it there, before it
+  claims anything. Claims are leased anyway, so even two leaders for a moment could not both
+  hold one entry.
+- The leader's name and the time its leadership runs to are written in the state store's meta
+  (`recovery_leader`) for `utxo recover` to show; that record only informs, it never decides.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Protocol
+
+from stores.state import StateStore
+
+log = logging.getLogger("utxoflow.recovery")
+LEASE = "recovery-leader"
+SHOWN = "recovery_leader"  # meta key: {"instance", "until"} of the leader, for display
+
+
+class Leadership(Protocol):
+    instance: str
+
+    def hold(self) -> bool:
+        """Take or keep the leadership; False while another manager leads."""
+
+    def release(self) -> None:
+        """Let go (a manager stopping), so that another leads at once."""
+
+
+def shown_leader(state: StateStore) -> dict[str, Any] | None:
+    """The leader as last written (None: none, or its leadership ran out)."""
+    raw = state.get_meta(SHOWN)
+    if raw is None:
+        return None
+    shown: dict[str, Any] = json.loads(raw)
+    return shown if shown.get("until", 0) > time.time() else None
+
+
+def _show(state: StateStore, instance: str, lease_s: float) -> None:
+    state.set_meta(SHOWN, json.dumps({"instance": instance, "until": round(time.time() + lease_s, 3)}))
+
+
+class LeaseLeadership:
+    """The state store's lease (any backend; the one SQLite has)."""
+
+    def __init__(self, state: StateStore, instance: str, lease_s: float) -> None:
+        self.state, self.instance, self.lease_s = state, instance, lease_s
+        self._leading = False
+
+    def hold(self) -> bool:
+        got = self.state.acquire_lease(LEASE, self.instance, self.lease_s)
+        if got != self._leading:
+            log.warning("recovery manager %s %s", self.instance, "leads" if got else "no longer leads")
+        self._leading = got
+        if got:
+            _show(self.state, self.instance, self.lease_s)
+        return got
+
+    def release(self) -> None:
+        if self._leading:
+            self.state.release_lease(LEASE, self.instance)
+            self.state.set_meta(SHOWN, None)
+            self._leading = False
+
+
+class AdvisoryLeadership:
+    """A PostgreSQL session-level advisory lock on a connection of the manager's own."""
+
+    def __init__(self, state: StateStore, url: str, lock_id: int, instance: str, lease_s: float) -> None:
+        self.state, self.url, self.lock_id = state, url, lock_id
+        self.instance, self.lease_s = instance, lease_s
+        self._conn: Any = None
+        self._leading = False
+
+    def hold(self) -> bool:
+        import psycopg
+
+        try:
+            if self._conn is None or self._conn.closed:
+                self._leading = False
+                self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
+            if self._leading:
+                self._conn.execute("SELECT 1")  # the lock lives as long as this session does
+            else:
+                row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (self.lock_id,)).fetchone()
+                self._leading = bool(row and row[0])
+                if self._leading:
+                    log.warning("recovery manager %s leads", self.instance)
+        except psycopg.Error as e:
+            if self._leading:
+                log.warning("recovery manager %s no longer leads: %s", self.instance, e)
+            self._drop()
+            return False
+        if self._leading:
+            _show(self.state, self.instance, self.lease_s)
+        return self._leading
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+        self._conn, self._leading = None, False
+
+    def release(self) -> None:
+        if self._leading:
+            self.state.set_meta(SHOWN, None)
+        self._drop()  # closing the session releases the lock
+
+
+def leadership(state: StateStore, lock_id: int, instance: str, lease_s: float) -> Leadership:
+    """The leadership fit for this state store (PostgreSQL: advisory lock; else: lease)."""
+    if state.url.startswith(("postgresql:", "postgres:")):
+        return AdvisoryLeadership(state, state.url, lock_id, instance, lease_s)
+    return LeaseLeadership(state, instance, lease_s)

@@ -1,0 +1,112 @@
+"""Which workers are alive, and giving back the messages a dead one held.
+
+Kombu's Redis transport keeps each message a worker has taken but not acknowledged in the hash
+`unacked` (delivery tag → message) until the ack; a worker that dies leaves them there, and
+Redis hands them back only after the visibility timeout (an hour, longer than any task). Here:
+- every worker's main process writes `utxoflow:alive:<node>` with an expiry of one
+  UTXO_RECOVERY_LEASE, renewed every third of it (`Heartbeat`), and notes each message it
+  receives in the hash `utxoflow:taken` (delivery tag → node);
+- the recovery manager's leader (`restore_dead`) puts back on its queue, at the front, every
+  unacknowledged message whose node's key has expired — or that no live node noted and that
+  has waited more than two leases — and forgets the notes of messages no longer unacked.
+
+Invariants: a message is restored by kombu's own `restore_by_tag` (one Redis transaction that
+moves it from `unacked` to its queue), so it is never both restored and left, nor restored
+twice; restoring a message whose worker was in fact alive (a pause longer than the lease) costs
+a duplicate delivery, which every task tolerates (they are idempotent).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+log = logging.getLogger("utxoflow.recovery")
+ALIVE = "utxoflow:alive:"
+TAKEN = "utxoflow:taken"
+UNACKED, UNACKED_INDEX = "unacked", "unacked_index"  # kombu's Redis transport's own keys
+
+
+def client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+
+
+class Heartbeat:
+    """A worker's liveness key, renewed from a thread of its main process."""
+
+    def __init__(self, url: str, node: str, lease_s: float) -> None:
+        self.r, self.node, self.lease_s = client(url), node, lease_s
+        self._last = 0.0
+        self._lock = threading.Lock()
+
+    def beat(self) -> None:
+        with self._lock:
+            value = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "at": time.time()})
+            try:
+                self.r.set(ALIVE + self.node, value, px=max(1, int(self.lease_s * 1000)))
+                self._last = time.monotonic()
+            except redis.RedisError as e:  # the broker is away: the worker is too, for it
+                log.warning("could not renew this worker's liveness: %s", e)
+
+    def taken(self, tag: str) -> None:
+        """Note a message this worker received (renewing its key first when due, so a message
+        is never noted under a key that has lapsed)."""
+        if time.monotonic() - self._last > self.lease_s / 3:
+            self.beat()
+        try:
+            self.r.hset(TAKEN, tag, self.node)
+        except redis.RedisError as e:
+            log.warning("could not note message %s as taken: %s", tag, e)
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.beat()
+            stop.wait(self.lease_s / 3)
+
+
+def restore_dead(r: redis.Redis, restore: Callable[[str], None], lease_s: float) -> dict[str, Any]:
+    """Put back the messages dead workers held (see the module); what was done."""
+    tags = [t.decode() for t in r.hkeys(UNACKED)]
+    restored: list[str] = []
+    if tags:
+        nodes = r.hmget(TAKEN, tags)
+        pipe = r.pipeline(transaction=False)
+        for t in tags:
+            pipe.zscore(UNACKED_INDEX, t)
+        since = pipe.execute()
+        now = time.time()
+        alive: dict[bytes, bool] = {}
+        for tag, node, at in zip(tags, nodes, since, strict=True):
+            if node is not None:
+                if node not in alive:
+                    alive[node] = bool(r.exists(ALIVE + node.decode()))
+                dead = not alive[node]
+            else:  # received by no worker that noted it: a main process that died at once
+                dead = at is not None and now - float(at) > 2 * lease_s
+            if dead:
+                restore(tag)
+                restored.append(tag)
+    stale = set(t.decode() for t in r.hkeys(TAKEN)) - set(tags) | set(restored)
+    if stale:
+        r.hdel(TAKEN, *stale)
+    if restored:
+        log.warning("gave back %d message(s) that dead workers held", len(restored))
+    return {"unacked": len(tags), "restored": len(restored)}
+
+
+def kombu_restore(app: Any) -> Callable[[str], None]:
+    """A restore by delivery tag through kombu's own Redis transport (front of its queue)."""
+
+    def restore(tag: str) -> None:
+        with app.connection_for_write() as conn:
+            conn.default_channel.qos.restore_by_tag(tag, leftmost=True)
+
+    return restore

@@ -1,0 +1,156 @@
+"""The recovery manager (seed 004): one leader at a time scans for what a dead worker, a lost
+message or a crash left behind, and has it finished.
+
+Every UTXO_RECOVERY_SCAN_INTERVAL seconds a manager tries to lead (workers/recovery/leader.py);
+while it leads, each scan
+1. gives back the messages dead workers held (workers/recovery/liveness.py), and every
+   UTXO_REQUEUE_INTERVAL sends again the pending messages a broker lost (workers/requeue.py);
+2. sends one block message to take the chain up when it is not at rest and nobody holds its
+   lease (a coordinator that died mid-block, its chunk-board claims lapsed with it);
+3. enters the half-done creations the UTXO store reports as `creation:<txid>` entries;
+4. claims up to UTXO_RECOVERY_BATCH_SIZE entries older than UTXO_RECOVERY_TTL, leased for
+   UTXO_RECOVERY_LEASE under a holder name unique to this claim, and hands them on: to at most
+   UTXO_RECOVERY_WORKERS `utxoflow.recovery.handle` tasks (in workers), or handled here
+   (`utxo recover`). Each entry is released with its outcome (workers/recovery/handlers.py).
+
+Invariants:
+- Nothing is claimed or re-sent by a manager that does not lead at the start of that scan.
+- A claim that is never released (its task lost, its worker killed) returns to the pool when
+  its lease expires; a stale task finds its holder name gone and its releases refused.
+- A scan that fails part-way (a store or the broker away) is logged and the next one starts
+  afresh: every step is safe to repeat.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from stores.errors import StorageError
+from stores.lease import holder_gone
+from stores.state import StateStore
+from stores.state.recovery import RecoveryEntry
+from workers.broker import BrokerRun, BrokerUnreachable
+from workers.recovery.leader import Leadership
+from workers.settings import Settings
+
+log = logging.getLogger("utxoflow.recovery")
+
+# (claimed, holder) → what became of each
+Dispatch = Callable[[list[RecoveryEntry], str], list[dict[str, Any]]]
+Send = Callable[[str, list[Any]], None]  # (task, args)
+
+
+class RecoveryManager:
+    def __init__(
+        self,
+        settings: Settings,
+        state: StateStore,
+        leadership: Leadership,
+        dispatch: Dispatch,
+        *,
+        send: Send | None = None,
+        requeue: Callable[[], dict[str, Any]] | None = None,
+        restore: Callable[[], dict[str, Any]] | None = None,
+        half_done: Callable[[int], list[bytes]] | None = None,
+    ) -> None:
+        self.s, self.state, self.leadership, self.dispatch = settings, state, leadership, dispatch
+        self.send, self.requeue, self.restore, self.half_done = send, requeue, restore, half_done
+        self._requeued_at = 0.0
+        self._resumed_at = 0.0
+        self._scans = 0
+
+    @property
+    def instance(self) -> str:
+        return self.leadership.instance
+
+    def scan_once(self) -> dict[str, Any] | None:
+        """One scan if this manager leads (None: another does): what it did."""
+        if not self.leadership.hold():
+            return None
+        self._scans += 1
+        report: dict[str, Any] = {"leader": self.instance}
+        if self.restore is not None:
+            report["messages"] = self._step("giving back dead workers' messages", self.restore)
+        if self.requeue is not None and time.monotonic() - self._requeued_at >= self.s.requeue_interval:
+            self._requeued_at = time.monotonic()
+            report["requeue"] = self._step("re-sending lost messages", self.requeue)
+        report["chain"] = self._step("looking at the chain", self._chain)
+        if self.half_done is not None:
+            report["creations"] = self._step("finding half-done creations", self._creations)
+        holder = f"{self.instance}/{self._scans}:{uuid.uuid4().hex[:8]}"
+        claimed = self.state.recovery_claim(
+            holder, self.s.recovery_lease, self.s.recovery_ttl, self.s.recovery_batch_size
+        )
+        report["claimed"] = [e.ident for e in claimed]
+        if claimed:
+            report["handled"] = self.dispatch(claimed, holder)
+        return report
+
+    def _step(self, what: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        try:
+            return fn()
+        except (StorageError, BrokerUnreachable, OSError) as e:
+            log.warning("recovery: %s failed: %s", what, e)
+            return {"failed": str(e)}
+        except Exception as e:  # e.g. redis's errors: the next scan tries again
+            log.warning("recovery: %s failed: %s: %s", what, type(e).__name__, e)
+            return {"failed": f"{type(e).__name__}: {e}"}
+
+    def _chain(self) -> dict[str, Any]:
+        from workers.sequencer import LEASE, chain_at_rest
+
+        if chain_at_rest(self.state):
+            return {"at_rest": True}
+        holder = self.state.lease_holder(LEASE)
+        if holder is not None and not holder_gone(holder):
+            return {"at_rest": False, "applying": holder}
+        best = self.state.best_candidate()
+        # one message per lease: the worker that takes it holds the chain's lease at once
+        if best is None or self.send is None or time.monotonic() - self._resumed_at < self.s.recovery_lease:
+            return {"at_rest": False}
+        self._resumed_at = time.monotonic()
+        h = best.hash[::-1].hex()
+        self.send("utxoflow.block.arrived", [h, f"resume:{uuid.uuid4().hex[:12]}"])
+        log.warning("recovery: the chain is not at rest and nobody applies it: sent block %s", h)
+        return {"at_rest": False, "resumed": h}
+
+    def _creations(self) -> dict[str, Any]:
+        assert self.half_done is not None
+        found = self.half_done(self.s.recovery_batch_size)
+        added = self.state.recovery_add("creation", [t[::-1].hex() for t in found]) if found else 0
+        return {"found": len(found), "added": added}
+
+    def run(self, stop: threading.Event, on_scan: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """Scan every interval until `stop` is set, then let go of the leadership."""
+        tick = min(self.s.recovery_scan_interval, self.s.requeue_interval)
+        try:
+            while not stop.is_set():
+                try:
+                    report = self.scan_once()
+                except Exception as e:  # the leadership or a claim failed: try again next tick
+                    log.warning("recovery scan failed: %s: %s", type(e).__name__, e)
+                    report = None
+                if report is not None and on_scan is not None:
+                    on_scan(report)
+                stop.wait(tick)
+        finally:
+            try:
+                self.leadership.release()
+            except Exception:
+                pass
+
+
+def broker_requeue(state: StateStore, broker: BrokerRun, after_s: float) -> Callable[[], dict[str, Any]]:
+    """The re-sending scan of workers/requeue.py, as a manager's step."""
+    from workers.ingest import publish
+    from workers.requeue import requeue
+
+    def step() -> dict[str, Any]:
+        return requeue(state, broker.current(fresh=True), after_s, publish).to_json()
+
+    return step

@@ -1,0 +1,110 @@
+"""Building a recovery manager for a process: inside a worker (its main process: claims go out
+as `utxoflow.recovery.handle` tasks) or in `utxo recover` (claims handled in the process).
+
+Invariants: a manager opens its own state store (and, for the half-done creations, its own UTXO
+store) when built, in the thread that uses them — never a worker pool child's connections.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from stores.lease import holder_id
+from stores.state import StateStore, open_state_store
+from stores.state.recovery import RecoveryEntry
+from workers.broker import BrokerRun
+from workers.recovery.leader import leadership
+from workers.recovery.liveness import Heartbeat, client, kombu_restore, restore_dead
+from workers.recovery.manager import Dispatch, RecoveryManager, broker_requeue
+from workers.settings import Settings
+
+log = logging.getLogger("utxoflow.recovery")
+HANDLE_TASK = "utxoflow.recovery.handle"
+
+
+def on_redis(settings: Settings) -> bool:
+    return settings.broker_url.lower().startswith(("redis:", "rediss:"))
+
+
+def instance_name(settings: Settings) -> str:
+    return settings.recovery_instance_id or holder_id("recovery")
+
+
+def build(settings: Settings, state: StateStore, dispatch: Dispatch, app: Any) -> RecoveryManager:
+    """A manager on `state`, sending through `app` (Celery), handing claims to `dispatch`."""
+    lead = leadership(
+        state, settings.recovery_advisory_lock_id, instance_name(settings), settings.recovery_lease
+    )
+    utxo: list[Any] = []
+
+    def half_done(limit: int) -> list[bytes]:
+        if not utxo:  # opened on first use, by the manager's own thread
+            from stores.utxo import open_utxo_store
+
+            utxo.append(open_utxo_store(settings.store_url, **settings.store_options()))
+        found: list[bytes] = utxo[0].half_done_creations(limit)
+        return found
+
+    def send(task: str, args: list[Any]) -> None:
+        app.send_task(task, args=args)
+
+    restore = None
+    if on_redis(settings):
+        redis_client = client(settings.broker_url)
+        put_back = kombu_restore(app)
+
+        def restore() -> dict[str, Any]:
+            return restore_dead(redis_client, put_back, settings.recovery_lease)
+
+    return RecoveryManager(
+        settings, state, lead, dispatch, send=send,
+        requeue=broker_requeue(state, BrokerRun(settings.broker_url), settings.requeue_after),
+        restore=restore, half_done=half_done,
+    )
+
+
+def task_dispatch(app: Any, settings: Settings) -> Dispatch:
+    """Claims out to at most UTXO_RECOVERY_WORKERS tasks on the `recovery` queue; each message
+    expires with the lease (after it, the entries are claimed again anyway)."""
+
+    def dispatch(entries: list[RecoveryEntry], holder: str) -> list[dict[str, Any]]:
+        n = min(settings.recovery_workers, len(entries))
+        groups = [[e.ident for e in entries[i::n]] for i in range(n)]
+        for g in groups:
+            app.send_task(HANDLE_TASK, args=[g, holder], expires=settings.recovery_lease)
+        return [{"task": HANDLE_TASK, "entries": len(g)} for g in groups]
+
+    return dispatch
+
+
+def start_in_worker(app: Any, settings: Settings, node: str, manage: bool) -> Callable[[str], None]:
+    """A worker's threads: its liveness heartbeat (every worker), and — with `manage`, for a
+    worker of the `recovery` queue — a manager contending for the leadership. Returns the
+    function that notes a received message (by delivery tag) as this worker's."""
+    stop = threading.Event()
+    if manage:
+        threading.Thread(
+            target=_manage, args=(app, settings, stop), name="utxoflow-recovery", daemon=True
+        ).start()
+    if not on_redis(settings):  # no `unacked` hash to give back from: nothing to note
+        return lambda _tag: None
+    beat = Heartbeat(settings.broker_url, node, settings.recovery_lease)
+    threading.Thread(target=beat.run, args=(stop,), name="utxoflow-alive", daemon=True).start()
+    return beat.taken
+
+
+def _manage(app: Any, settings: Settings, stop: threading.Event) -> None:
+    state: StateStore | None = None
+    while state is None and not stop.is_set():
+        try:
+            state = open_state_store(settings.state_url, create=False)
+        except Exception as e:  # the worker refused to start if it could never work (startup.py)
+            log.warning("the recovery manager waits for the state store: %s", e)
+            stop.wait(settings.recovery_scan_interval)
+    if state is None:
+        return
+    manager = build(settings, state, task_dispatch(app, settings), app)
+    manager.run(stop)
