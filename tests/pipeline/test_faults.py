@@ -460,3 +460,36 @@ def test_pool_child_killed_mid_batch(pipeline: Pipeline) -> None:
     assert n >= 2
     check_complete(pipeline, chain, base)
     assert "Traceback" not in pipeline.logs() or "WorkerLostError" in pipeline.logs()
+
+
+@pytest.mark.timeout(120)
+def test_a_surviving_idle_worker_finishes_a_killed_workers_block_within_a_lease(pipeline: Pipeline) -> None:
+    """Two workers; the one applying the last block is SIGKILLed whole, so its message stays in
+    Redis's `unacked` hash (for an hour) and the other worker has nothing left on the queue. The
+    recovery manager running inside the survivor sees the chain not at rest with nobody holding
+    its lease and sends a block message at once; and, its lease later, gives the dead worker's
+    message back. No beat runs, and nothing waits for UTXO_REQUEUE_AFTER."""
+    pipeline.env.update({"UTXO_RECOVERY_LEASE": "3", "UTXO_RECOVERY_SCAN_INTERVAL": "0.5",
+                         "UTXO_REQUEUE_AFTER": "1h"})
+    chain, base = big_chain(pipeline, 3, 10_000)
+    pipeline.start_worker("w1")
+    pipeline.start_worker("w2")
+    enqueue = pipeline.enqueue_start("block", chain.blocks)
+    child, h = applying_pid(pipeline, chain.blocks[-1])
+    victim = pipeline.workers[owner(pipeline, child)]
+    survivor = next(n for n, p in zip(("w1", "w2"), pipeline.workers, strict=True) if p is not victim)
+    time.sleep(0.05)  # well inside the block
+    os.killpg(victim.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    victim.wait()
+    enqueue.communicate(timeout=60)
+    until(lambda: pipeline.tip()["hash"] == parse_block(chain.blocks[-1]).hash[::-1].hex(), 20,
+          0.2, "the survivor applying the last block")
+    assert time.monotonic() - killed_at < 15  # a lease and a few scans, not UTXO_REQUEUE_AFTER
+    check_complete(pipeline, chain, base)
+    log = pipeline.log(survivor)
+    assert f"taking back block {display(h)}, left half applied" in log, log
+    # the dead worker's message itself is given back too, and then taken and acknowledged
+    until(lambda: "gave back 1 message(s) that dead workers held" in pipeline.log(survivor), 20, 0.2,
+          "the dead worker's message given back")
+    until(lambda: pipeline.redis.hlen("unacked") == 0, 20, 0.2, "nothing left unacknowledged")

@@ -37,6 +37,7 @@ import pytest
 from chain import Tx, TxIn, utxo_hash
 from chain.build import build_tx, spend_input
 from stores.blob.protocol import blob_key
+from stores.state import open_state_store
 from stores.utxo import (
     SpendRejected,
     SpendStatus,
@@ -567,6 +568,46 @@ def test_stuck_creator_is_taken_over_after_its_lock_lapses(case: Case, point: st
     assert case.db().lock_pids == []
     kill(holder)
     check_complete(case, store)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("point", POINTS)
+def test_killed_creator_is_finished_by_the_recovery_manager_alone(case: Case, point: str) -> None:
+    """No retry, no block, no reader: one scan of `utxo recover --once` (a real process on a
+    state store of its own) finds the half-done creation once its 1 s lock has lapsed and
+    finishes it from the blob — or, killed before the blob was written, clears the lapsed lock
+    that is all it left (the tx's own message, retried, makes it then)."""
+    store = case.open(FAST_TTL)
+    holder = case.park(point, FAST_TTL)
+    kill(holder)
+    check_crash_state(case, point, holder.pid)
+    time.sleep(1.1)  # the lock lapses
+    state_url = f"sqlite:///{case.tmp}/state.db"
+    open_state_store(state_url).close()
+    env = {
+        **case._env(), "UTXO_STORE_URL": case.url, "UTXO_BLOB_URL": case.blob_url,
+        "UTXO_STATE_URL": state_url,
+        "UTXO_BROKER_URL": "memory://", "UTXO_BATCH_SIZE": str(BATCH), "UTXO_RECOVERY_TTL": "0",
+        "UTXO_LOCK_BASE_TTL": "1", "UTXO_LOCK_PER_RECORD_TTL": "0", "UTXO_LOCK_MAX_TTL": "1",
+    }
+    done = subprocess.run([sys.executable, "-m", "workers.cli", "recover", "--once"], env=env, cwd=case.tmp,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    ident = f"creation:{case.tx.txid_hex}"
+    assert report["creations"] == {"found": 1, "added": 1} and report["claimed"] == [ident]
+    (handled,) = report["handled"]
+    assert handled["status"] == "done" and handled["released"]
+    assert case.db().lock_pids == []
+    if point == "after_lock":  # nothing to make it from: only its lapsed lock was left
+        assert handled["outcome"].startswith("abandoned")
+        assert case.db().masters == [] and not case.blob_exists()
+        return
+    assert handled["outcome"] == "finished"
+    check_complete(case, store)
+    again = subprocess.run([sys.executable, "-m", "workers.cli", "recover", "--once"], env=env, cwd=case.tmp,
+                           capture_output=True, text=True, timeout=60)
+    assert json.loads(again.stdout)["claimed"] == []  # finished for good: nothing found again
 
 
 @pytest.mark.timeout(60)
