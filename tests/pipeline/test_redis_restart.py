@@ -184,3 +184,56 @@ def test_the_workers_resend_what_a_restart_lost_with_no_beat(pipeline: Pipeline,
     tip = pipeline.tip()
     assert tip["height"] == chain.height - 1
     assert pipeline.confirmed() == confirmed_model(chain.txs, outpoints(funds))
+
+
+@pytest.mark.timeout(150)
+def test_with_workers_only_a_restart_loses_nothing_and_confirms_what_a_calm_run_does(
+    pipeline: Pipeline, broker: RedisServer
+) -> None:
+    """No beat: only two `utxo worker` processes, whose recovery manager (one leads) re-sends
+    what Redis lost when it was SIGKILLed mid-run and started again empty. The run completes,
+    and the manager then marks confirmed exactly the mempool transactions the chain mines — the
+    set a calm run gives, computed here from the chain — and leaves the rest pending."""
+    pipeline.env.update({"UTXO_RECOVERY_TTL": "0", "UTXO_RECOVERY_SCAN_INTERVAL": "0.3",
+                         "UTXO_RECOVERY_LEASE": "5"})
+    n_blocks, n_txs = 8, 800
+    funds = funding(-(-(n_blocks * n_txs + 12) // FUNDS_OUTPUTS), n_outputs=FUNDS_OUTPUTS)
+    chain = pipeline.seed(funds)
+    outs = [(f, v) for f in funds for v in range(FUNDS_OUTPUTS)]
+    mempool = [spend(o, n_outputs=2) for o in outs[n_blocks * n_txs : n_blocks * n_txs + 12]]
+    mined = mempool[:6]  # the last blocks mine these; the other six stay in the mempool
+    for b in range(n_blocks):
+        extra = mined[(b - n_blocks + 2) * 3 :][:3] if b >= n_blocks - 2 else []
+        chain.add([spend(o) for o in outs[b * n_txs : (b + 1) * n_txs]] + extra)
+    assert [t for txs in chain.txs for t in txs if t in mempool] == mined
+    mempool += [spend((t, 0)) for t in chain.txs[-1][1:4]]  # parents in the last block: they wait
+
+    pipeline.start_worker("w1")
+    pipeline.start_worker("w2")
+    pipeline.enqueue("tx", [t.raw for t in mempool])
+    pipeline.enqueue("block", chain.blocks)
+    waiter = wait_start(pipeline, 120)
+    first = chain.height - n_blocks
+    until(lambda: tip_height(pipeline) >= first, 60, 0.01, "the first block applied")
+    pending = pipeline.pending()
+    broker.kill()
+    assert tip_height(pipeline) < chain.height - 1, "the kill was meant to land mid-run"
+    assert any(p.startswith("tx:") for p in pending)  # (those waiting for the last block at least)
+    time.sleep(0.5)
+    broker.start()
+    code, out = wait_result(waiter, 130)
+    assert (code, out) == (0, {"done": True, "pending": 0}), pipeline.logs()
+    assert pipeline.confirmed() == confirmed_model(chain.txs, outpoints(funds))
+    assert "lost with an earlier broker run" in pipeline.logs(), pipeline.logs()
+
+    state = pipeline.open_state()
+    try:
+        def settled() -> bool:
+            return state.recovery_summary(0)["states"].get("tx", {}).get("confirmed", 0) == len(mined)
+
+        until(settled, 30, 0.2, "the manager confirming the mined transactions")
+        statuses = {t.txid_hex: e.status for t in mempool if (e := state.recovery_entry(f"tx:{t.txid_hex}"))}
+    finally:
+        state.close()
+    assert statuses == {t.txid_hex: "confirmed" if t in mined else "pending" for t in mempool}
+    assert all(p.poll() is None for p in pipeline.workers), pipeline.logs()
