@@ -74,7 +74,7 @@ class Heartbeat:
 
 def restore_dead(r: redis.Redis, restore: Callable[[str], None], lease_s: float) -> dict[str, Any]:
     """Put back the messages dead workers held (see the module); what was done."""
-    tags = [t.decode() for t in r.hkeys(UNACKED)]
+    tags = [_text(t) for t in r.hkeys(UNACKED)]
     restored: list[str] = []
     if tags:
         nodes = r.hmget(TAKEN, tags)
@@ -83,23 +83,28 @@ def restore_dead(r: redis.Redis, restore: Callable[[str], None], lease_s: float)
             pipe.zscore(UNACKED_INDEX, t)
         since = pipe.execute()
         now = time.time()
-        alive: dict[bytes, bool] = {}
-        for tag, node, at in zip(tags, nodes, since, strict=True):
-            if node is not None:
+        alive: dict[str, bool] = {}
+        for tag, noted, at in zip(tags, nodes, since, strict=True):
+            if noted is not None:
+                node = _text(noted)
                 if node not in alive:
-                    alive[node] = bool(r.exists(ALIVE + node.decode()))
+                    alive[node] = bool(r.exists(ALIVE + node))
                 dead = not alive[node]
             else:  # received by no worker that noted it: a main process that died at once
                 dead = at is not None and now - float(at) > 2 * lease_s
             if dead:
                 restore(tag)
                 restored.append(tag)
-    stale = set(t.decode() for t in r.hkeys(TAKEN)) - set(tags) | set(restored)
+    stale = {_text(t) for t in r.hkeys(TAKEN)} - set(tags) | set(restored)
     if stale:
         r.hdel(TAKEN, *stale)
     if restored:
         log.warning("gave back %d message(s) that dead workers held", len(restored))
     return {"unacked": len(tags), "restored": len(restored)}
+
+
+def _text(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v
 
 
 def kombu_restore(app: Any) -> Callable[[str], None]:
