@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_received, worker_ready
+from celery.signals import task_received, worker_ready, worker_shutdown
 
 from workers import kombu_fix
 
@@ -52,7 +52,7 @@ def start_recovery(sender: Any = None, **_: Any) -> None:
     (workers/recovery/run.py): its liveness heartbeat, and — a worker of the `recovery` queue,
     unless UTXO_RECOVERY_ENABLED is false — a recovery manager contending for the leadership,
     so that no other process (beat) is needed to recover anything."""
-    from workers.recovery.run import start_in_worker
+    from workers.recovery.run import WorkerThreads
     from workers.settings import load_settings
 
     settings = load_settings()
@@ -61,20 +61,27 @@ def start_recovery(sender: Any = None, **_: Any) -> None:
     queues = {q.name for q in getattr(consumer, "queues", None) or ()}
     manage = settings.recovery_enabled and (not queues or "recovery" in queues)
     node = str(getattr(sender, "hostname", None) or f"pid{os.getpid()}")
-    global _note_taken
-    _note_taken = start_in_worker(app, settings, node, manage)
+    global _threads
+    _threads = WorkerThreads(app, settings, node, manage)
 
 
-_note_taken: Any = None
+_threads: Any = None  # this worker's WorkerThreads, once it is ready
 
 
 @task_received.connect
 def note_taken(request: Any = None, **_: Any) -> None:
     """Each message a worker receives is noted as its own (by delivery tag), so that the
     recovery manager can give it back at once if this worker dies (workers/recovery/liveness.py)."""
-    tag = (getattr(request, "delivery_info", None) or {}).get("delivery_tag")
-    if _note_taken is not None and tag:
-        _note_taken(str(tag))
+    # (Celery's request keeps only some of the delivery info: the tag is the message's own)
+    tag = getattr(getattr(request, "message", None), "delivery_tag", None)
+    if _threads is not None and tag:
+        _threads.taken(str(tag))
+
+
+@worker_shutdown.connect
+def stop_recovery(**_: Any) -> None:
+    if _threads is not None:
+        _threads.stop()
 
 
 def _send_scan(expires: float) -> None:

@@ -142,10 +142,13 @@ class RecoveryTable:
 
         return [_entry(r) for r in self.db.write("claim recovery entries", unit)]
 
-    def recovery_release(self, ident: str, holder: str, outcome: str, status: str = PENDING) -> bool:
+    def recovery_release(
+        self, ident: str, holder: str, outcome: str, status: str = PENDING, accepted: bool = False
+    ) -> bool:
         """Free `holder`'s claim with its outcome, moving the entry to `status` (pending: it
-        stays; `done`: a finished creation, removed). False when the claim is not `holder`'s
-        any more, or the entry is terminal or gone: nothing changed, nothing counted."""
+        stays; `done`: a finished creation, removed); `accepted`: its record was seen (a later
+        absence means it was removed). False when the claim is not `holder`'s any more, or the
+        entry is terminal or gone: nothing changed, nothing counted."""
         if status not in (PENDING, DONE, *TERMINAL):
             raise ValueError(f"unknown recovery status {status!r}")
         kind = ident.partition(":")[0]
@@ -157,14 +160,14 @@ class RecoveryTable:
         )
 
         def unit(cur: Any) -> bool:
-            where = "WHERE ident = ? AND holder = ? AND status = 'pending'"
+            where = "WHERE ident = ? AND holder = ? AND holder <> '' AND status = 'pending'"
             if status == DONE:
                 cur.execute(q(f"DELETE FROM recovery {where}"), (ident, holder))
             else:
                 cur.execute(
                     q(f"UPDATE recovery SET status = ?, outcome = ?, checked_at = ?, holder = '', "
-                      f"lease_until = 0 {where}"),
-                    (status, outcome, now, ident, holder),
+                      f"lease_until = 0, accepted = CASE WHEN ? = 1 THEN 1 ELSE accepted END {where}"),
+                    (status, outcome, now, int(accepted), ident, holder),
                 )
             if cur.rowcount != 1:
                 return False
@@ -172,6 +175,17 @@ class RecoveryTable:
             return True
 
         return self.db.write("release a recovery claim", unit)
+
+    def recovery_count(self, kind: str, outcome: str, n: int = 1) -> None:
+        """Count `n` outcomes of a manager's step that claims no entry (messages given back or
+        re-sent, the chain taken up)."""
+        if n <= 0:
+            return
+        sql = self.db.q(
+            "INSERT INTO recovery_counts (kind, outcome, n) VALUES (?, ?, ?) "
+            "ON CONFLICT (kind, outcome) DO UPDATE SET n = recovery_counts.n + excluded.n"
+        )
+        self.db.write("count recovery outcomes", lambda cur: cur.execute(sql, (kind, outcome, n)))
 
     def recovery_entry(self, ident: str) -> RecoveryEntry | None:
         def q(cur: Any) -> Any:

@@ -477,7 +477,12 @@ def test_a_surviving_idle_worker_finishes_a_killed_workers_block_within_a_lease(
     enqueue = pipeline.enqueue_start("block", chain.blocks)
     child, h = applying_pid(pipeline, chain.blocks[-1])
     victim = pipeline.workers[owner(pipeline, child)]
-    survivor = next(n for n, p in zip(("w1", "w2"), pipeline.workers, strict=True) if p is not victim)
+    names = ("w1", "w2")
+    survivor = next(n for n, p in zip(names, pipeline.workers, strict=True) if p is not victim)
+    dead = next(n for n in names if n != survivor)
+    # the message the victim applies is noted as its own (what lets the manager give it back)
+    held = list(pipeline.redis.hkeys("unacked"))
+    assert f"{dead}@test".encode() in pipeline.redis.hmget("utxoflow:taken", held), held
     time.sleep(0.05)  # well inside the block
     os.killpg(victim.pid, signal.SIGKILL)
     killed_at = time.monotonic()
@@ -493,3 +498,5 @@ def test_a_surviving_idle_worker_finishes_a_killed_workers_block_within_a_lease(
     until(lambda: "gave back 1 message(s) that dead workers held" in pipeline.log(survivor), 20, 0.2,
           "the dead worker's message given back")
     until(lambda: pipeline.redis.hlen("unacked") == 0, 20, 0.2, "nothing left unacknowledged")
+    outcomes = json.loads(pipeline.utxo("recover").stdout)["outcomes"]
+    assert outcomes["block"]["chain taken up"] >= 1 and outcomes["message"]["given back"] >= 1, outcomes

@@ -29,6 +29,18 @@ def test_a_tx_enqueued_gets_a_pending_entry_once(state: StateStore) -> None:
     assert state.recovery_summary()["states"] == {"tx": {"pending": 1}}
 
 
+def test_a_release_notes_a_record_seen(state: StateStore) -> None:
+    state.recovery_add("tx", [key(1), key(2)])
+    one, two = state.recovery_claim("h", 30, 0, 10)
+    assert state.recovery_release(one.ident, "h", "unmined", accepted=True)
+    assert state.recovery_release(two.ident, "h", "not found")
+    again = {e.ident: e for e in state.recovery_claim("h2", 30, 0, 10)}
+    assert again[one.ident].accepted and not again[two.ident].accepted
+    assert state.recovery_release(one.ident, "h2", "unmined")  # not taken back by a later release
+    e = state.recovery_entry(one.ident)
+    assert e is not None and e.accepted
+
+
 def test_remove_pending_notes_an_accepted_tx(state: StateStore) -> None:
     for n in (1, 2):
         state.add_pending(f"tx:{key(n)}", "tx", key(n), "run")
@@ -64,6 +76,7 @@ def test_a_leased_entry_is_not_claimed_again_until_its_lease_expires(state: Stat
     time.sleep(0.35)
     again = state.recovery_claim("h2", 30, 0, 10)
     assert [(e.key, e.holder, e.attempts) for e in again] == [(key(1), "h2", 2), (key(2), "h2", 2)]
+    assert not state.recovery_release(f"tx:{key(1)}", "", "unmined")  # nobody's claim is no claim
     # the expired holder can no longer release what the new one holds
     assert not state.recovery_release(f"tx:{key(1)}", "h1", "confirmed at 5", "confirmed")
     assert state.recovery_release(f"tx:{key(1)}", "h2", "unmined")
@@ -156,3 +169,13 @@ def test_claims_raced_by_processes_hand_each_entry_to_one(state: StateStore) -> 
     claimed = [i for r in results for i in r]
     assert sorted(claimed) == sorted(f"tx:{key(n)}" for n in range(RACED))
     assert len(set(claimed)) == RACED
+
+
+def test_steps_outcomes_are_counted_beside_the_claims(state: StateStore) -> None:
+    state.recovery_count("message", "given back", 2)
+    state.recovery_count("message", "given back", 3)
+    state.recovery_count("block", "chain taken up")
+    state.recovery_count("block", "chain taken up", 0)  # nothing to count: nothing written
+    assert state.recovery_summary()["outcomes"] == {
+        "block": {"chain taken up": 1}, "message": {"given back": 5},
+    }

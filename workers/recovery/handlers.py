@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from chain import ParseError, hex_to_hash, parse_tx
 from stores.blob.protocol import BlobNotFound, blob_key
@@ -37,7 +37,12 @@ from workers.mempool import apply_tx, waiting_for_parents
 from workers.services import Services
 
 log = logging.getLogger("utxoflow.recovery")
-Verdict = tuple[str, str]  # (status, outcome)
+
+
+class Verdict(NamedTuple):
+    status: str
+    outcome: str
+    seen: bool = False  # the tx's record was there (from now on its absence means it was removed)
 
 
 def handle(svc: Services, entry: RecoveryEntry) -> Verdict:
@@ -54,7 +59,7 @@ def _tx(svc: Services, entry: RecoveryEntry) -> Verdict:
     if verdict is not None:
         return verdict
     if entry.accepted:
-        return "deleted", "deleted: its record was removed after it was made"
+        return Verdict("deleted", "deleted: its record was removed after it was made")
     try:
         raw = svc.blobs.get(blob_key(txid, "tx"))
     except BlobNotFound:
@@ -62,15 +67,15 @@ def _tx(svc: Services, entry: RecoveryEntry) -> Verdict:
     try:
         tx = parse_tx(raw)
     except ParseError as e:
-        return "deleted", f"deleted: its blob does not parse ({e})"
+        return Verdict("deleted", f"deleted: its blob does not parse ({e})")
     refused = apply_tx(svc.utxo, tx)
     if refused is None:
         svc.registry.done(entry.ident, accepted=True)
-        return _by_record(svc, txid) or (PENDING, "processed again: accepted")
+        return _by_record(svc, txid) or Verdict(PENDING, "processed again: accepted", True)
     if waiting_for_parents(refused):
         return _not_found(svc, entry, f"its parents are not in the store ({refused})")
     svc.registry.done(entry.ident)
-    return "deleted", f"deleted: refused ({refused})"
+    return Verdict("deleted", f"deleted: refused ({refused})")
 
 
 def _by_record(svc: Services, txid: bytes) -> Verdict | None:
@@ -83,31 +88,31 @@ def _by_record(svc: Services, txid: bytes) -> Verdict | None:
     except TxNotFound:
         return None
     if meta.conflicting:
-        return "deleted", "deleted: conflicting"
+        return Verdict("deleted", "deleted: conflicting", True)
     if meta.block_ids and meta.unmined_since is None:
-        return "confirmed", f"confirmed: mined at height {max(meta.block_heights, default=0)}"
-    return PENDING, "unmined: in the store, not mined yet"
+        return Verdict("confirmed", f"confirmed: mined at height {max(meta.block_heights, default=0)}", True)
+    return Verdict(PENDING, "unmined: in the store, not mined yet", True)
 
 
 def _not_found(svc: Services, entry: RecoveryEntry, why: str) -> Verdict:
     grace = svc.settings.recovery_not_found_grace
     if grace > 0 and time.time() - entry.stored_at >= grace:
-        return "orphan", f"orphan: not found for {grace:.0f} s: {why}"
-    return PENDING, f"not found: {why}"
+        return Verdict("orphan", f"orphan: not found for {grace:.0f} s: {why}")
+    return Verdict(PENDING, f"not found: {why}")
 
 
 def _creation(svc: Services, txid: bytes) -> Verdict:
     store = svc.utxo
     if store.get_creation_lock(txid) is not None:
-        return PENDING, "under way: a live creator holds its lock"
+        return Verdict(PENDING, "under way: a live creator holds its lock")
     if store.complete_creation(txid):
-        return DONE, "finished"
+        return Verdict(DONE, "finished")
     if store.creation_state(txid) is not None:
-        return PENDING, "failed: its records are there but clearing `creating` failed again"
+        return Verdict(PENDING, "failed: its records are there but clearing `creating` failed again")
     lock = store.acquire_creation_lock(txid, 1)  # takes the lapsed one over, so as to remove it
     if lock is not None:
         store.release_creation_lock(lock)
-    return DONE, "abandoned: no record and no blob to make it from; its lapsed lock cleared"
+    return Verdict(DONE, "abandoned: no record and no blob to make it from; its lapsed lock cleared")
 
 
 def release_all(svc: Services, entries: list[RecoveryEntry]) -> list[dict[str, Any]]:
@@ -117,13 +122,13 @@ def release_all(svc: Services, entries: list[RecoveryEntry]) -> list[dict[str, A
     for e in entries:
         park("recovery_handle")  # test-only: a crash test kills the handler here, claims held
         try:
-            status, outcome = handle(svc, e)
+            status, outcome, seen = handle(svc, e)
         except StorageError as err:
-            status, outcome = PENDING, f"failed: {err}"
+            status, outcome, seen = Verdict(PENDING, f"failed: {err}")
         except Exception as err:  # one bad entry must not stop the rest: logged, retried later
             log.exception("recovering %s failed", e.ident)
-            status, outcome = PENDING, f"failed: {type(err).__name__}: {err}"
-        released = svc.state.recovery_release(e.ident, e.holder, outcome, status)
+            status, outcome, seen = Verdict(PENDING, f"failed: {type(err).__name__}: {err}")
+        released = svc.state.recovery_release(e.ident, e.holder, outcome, status, accepted=seen)
         if released and e.kind == "tx" and status not in (PENDING, DONE):
             svc.registry.done(e.ident)  # its message, if still pending, has nothing left to do
         out.append({"ident": e.ident, "status": status, "outcome": outcome, "released": released})

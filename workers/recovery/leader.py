@@ -22,6 +22,8 @@ import logging
 import time
 from typing import Any, Protocol
 
+from stores.lease import holder_id
+from stores.sqldb import PG_SCHEMES
 from stores.state import StateStore
 
 log = logging.getLogger("utxoflow.recovery")
@@ -57,10 +59,14 @@ class LeaseLeadership:
 
     def __init__(self, state: StateStore, instance: str, lease_s: float) -> None:
         self.state, self.instance, self.lease_s = state, instance, lease_s
+        # the lease's holder is this process's own (`host:pid:token`), whatever the instance is
+        # called: two managers given one UTXO_RECOVERY_INSTANCE_ID are still two holders, and
+        # a dead one on this host is taken over at once
+        self.holder = holder_id("recovery")
         self._leading = False
 
     def hold(self) -> bool:
-        got = self.state.acquire_lease(LEASE, self.instance, self.lease_s)
+        got = self.state.acquire_lease(LEASE, self.holder, self.lease_s)
         if got != self._leading:
             log.warning("recovery manager %s %s", self.instance, "leads" if got else "no longer leads")
         self._leading = got
@@ -70,7 +76,7 @@ class LeaseLeadership:
 
     def release(self) -> None:
         if self._leading:
-            self.state.release_lease(LEASE, self.instance)
+            self.state.release_lease(LEASE, self.holder)
             self.state.set_meta(SHOWN, None)
             self._leading = False
 
@@ -90,7 +96,8 @@ class AdvisoryLeadership:
         try:
             if self._conn is None or self._conn.closed:
                 self._leading = False
-                self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
+                dsn = self.url.replace("postgresql+psycopg://", "postgresql://", 1)
+                self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
             if self._leading:
                 self._conn.execute("SELECT 1")  # the lock lives as long as this session does
             else:
@@ -123,6 +130,6 @@ class AdvisoryLeadership:
 
 def leadership(state: StateStore, lock_id: int, instance: str, lease_s: float) -> Leadership:
     """The leadership fit for this state store (PostgreSQL: advisory lock; else: lease)."""
-    if state.url.startswith(("postgresql:", "postgres:")):
+    if state.url.split("://", 1)[0].lower() in PG_SCHEMES:
         return AdvisoryLeadership(state, state.url, lock_id, instance, lease_s)
     return LeaseLeadership(state, instance, lease_s)

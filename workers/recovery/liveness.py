@@ -7,8 +7,10 @@ Redis hands them back only after the visibility timeout (an hour, longer than an
   UTXO_RECOVERY_LEASE, renewed every third of it (`Heartbeat`), and notes each message it
   receives in the hash `utxoflow:taken` (delivery tag → node);
 - the recovery manager's leader (`restore_dead`) puts back on its queue, at the front, every
-  unacknowledged message whose node's key has expired — or that no live node noted and that
-  has waited more than two leases — and forgets the notes of messages no longer unacked.
+  unacknowledged message noted by a node whose key has expired, and forgets the notes of
+  messages no longer unacked. A message nobody noted (its worker died between taking it and
+  noting it, or the note failed) is left to the re-sending scan (UTXO_REQUEUE_AFTER) and to
+  Redis's own visibility timeout: guessing would hand a live worker's message to another.
 
 Invariants: a message is restored by kombu's own `restore_by_tag` (one Redis transaction that
 moves it from `unacked` to its queue), so it is never both restored and left, nor restored
@@ -32,7 +34,7 @@ import redis
 log = logging.getLogger("utxoflow.recovery")
 ALIVE = "utxoflow:alive:"
 TAKEN = "utxoflow:taken"
-UNACKED, UNACKED_INDEX = "unacked", "unacked_index"  # kombu's Redis transport's own keys
+UNACKED = "unacked"  # kombu's Redis transport's own hash of unacknowledged messages
 
 
 def client(url: str) -> redis.Redis:
@@ -72,30 +74,24 @@ class Heartbeat:
             stop.wait(self.lease_s / 3)
 
 
-def restore_dead(r: redis.Redis, restore: Callable[[str], None], lease_s: float) -> dict[str, Any]:
+def restore_dead(r: redis.Redis, restore: Callable[[str], None]) -> dict[str, Any]:
     """Put back the messages dead workers held (see the module); what was done."""
+    # the notes first: one written after this read is never taken for stale below
+    noted_before = {_text(t) for t in r.hkeys(TAKEN)}
     tags = [_text(t) for t in r.hkeys(UNACKED)]
     restored: list[str] = []
     if tags:
-        nodes = r.hmget(TAKEN, tags)
-        pipe = r.pipeline(transaction=False)
-        for t in tags:
-            pipe.zscore(UNACKED_INDEX, t)
-        since = pipe.execute()
-        now = time.time()
         alive: dict[str, bool] = {}
-        for tag, noted, at in zip(tags, nodes, since, strict=True):
-            if noted is not None:
-                node = _text(noted)
-                if node not in alive:
-                    alive[node] = bool(r.exists(ALIVE + node))
-                dead = not alive[node]
-            else:  # received by no worker that noted it: a main process that died at once
-                dead = at is not None and now - float(at) > 2 * lease_s
-            if dead:
+        for tag, noted in zip(tags, r.hmget(TAKEN, tags), strict=True):
+            if noted is None:
+                continue  # not noted (yet): see the module
+            node = _text(noted)
+            if node not in alive:
+                alive[node] = bool(r.exists(ALIVE + node))
+            if not alive[node]:
                 restore(tag)
                 restored.append(tag)
-    stale = {_text(t) for t in r.hkeys(TAKEN)} - set(tags) | set(restored)
+    stale = (noted_before - set(tags)) | set(restored)
     if stale:
         r.hdel(TAKEN, *stale)
     if restored:
@@ -108,10 +104,11 @@ def _text(v: bytes | str) -> str:
 
 
 def kombu_restore(app: Any) -> Callable[[str], None]:
-    """A restore by delivery tag through kombu's own Redis transport (front of its queue)."""
+    """A restore by delivery tag through kombu's own Redis transport, to the front of its queue
+    (kombu publishes with LPUSH and consumes from the right: `leftmost=False` is the front)."""
 
     def restore(tag: str) -> None:
         with app.connection_for_write() as conn:
-            conn.default_channel.qos.restore_by_tag(tag, leftmost=True)
+            conn.default_channel.qos.restore_by_tag(tag, leftmost=False)
 
     return restore

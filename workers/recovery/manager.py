@@ -39,6 +39,7 @@ from workers.recovery.leader import Leadership
 from workers.settings import Settings
 
 log = logging.getLogger("utxoflow.recovery")
+FAILED_SCANS = 3  # scans in a row that fail before a leader lets go (and waits a lease)
 
 # (claimed, holder) → what became of each
 Dispatch = Callable[[list[RecoveryEntry], str], list[dict[str, Any]]]
@@ -62,6 +63,7 @@ class RecoveryManager:
         self.send, self.requeue, self.restore, self.half_done = send, requeue, restore, half_done
         self._requeued_at = 0.0
         self._resumed_at = 0.0
+        self._found_at = -1e9
         self._scans = 0
 
     @property
@@ -73,14 +75,20 @@ class RecoveryManager:
         if not self.leadership.hold():
             return None
         self._scans += 1
-        report: dict[str, Any] = {"leader": self.instance}
+        report: dict[str, Any] = {"leader": self.instance, "led_at": round(time.time(), 3)}
         if self.restore is not None:
-            report["messages"] = self._step("giving back dead workers' messages", self.restore)
+            report["messages"] = got = self._step("giving back dead workers' messages", self.restore)
+            self._count("message", "given back", got.get("restored", 0))
         if self.requeue is not None and time.monotonic() - self._requeued_at >= self.s.requeue_interval:
             self._requeued_at = time.monotonic()
-            report["requeue"] = self._step("re-sending lost messages", self.requeue)
-        report["chain"] = self._step("looking at the chain", self._chain)
-        if self.half_done is not None:
+            report["requeue"] = got = self._step("re-sending lost messages", self.requeue)
+            self._count("message", "re-sent", got.get("resent", 0))
+        report["chain"] = got = self._step("looking at the chain", self._chain)
+        self._count("block", "chain taken up", int("resumed" in got))
+        # a scan of the UTXO store (on Aerospike, of the whole set): once a lease is enough, as a
+        # creation is only found once its lock has lapsed anyway
+        if self.half_done is not None and time.monotonic() - self._found_at >= self.s.recovery_lease:
+            self._found_at = time.monotonic()
             report["creations"] = self._step("finding half-done creations", self._creations)
         holder = f"{self.instance}/{self._scans}:{uuid.uuid4().hex[:8]}"
         claimed = self.state.recovery_claim(
@@ -90,6 +98,14 @@ class RecoveryManager:
         if claimed:
             report["handled"] = self.dispatch(claimed, holder)
         return report
+
+    def _count(self, kind: str, outcome: str, n: int) -> None:
+        def count() -> dict[str, Any]:
+            self.state.recovery_count(kind, outcome, n)
+            return {}
+
+        if n:
+            self._step("counting outcomes", count)
 
     def _step(self, what: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         try:
@@ -128,21 +144,32 @@ class RecoveryManager:
     def run(self, stop: threading.Event, on_scan: Callable[[dict[str, Any]], None] | None = None) -> None:
         """Scan every interval until `stop` is set, then let go of the leadership."""
         tick = min(self.s.recovery_scan_interval, self.s.requeue_interval)
+        failed = 0
         try:
             while not stop.is_set():
                 try:
                     report = self.scan_once()
-                except Exception as e:  # the leadership or a claim failed: try again next tick
+                    failed = 0
+                except Exception as e:  # the leadership, a claim or its hand-off failed
                     log.warning("recovery scan failed: %s: %s", type(e).__name__, e)
                     report = None
+                    failed += 1
                 if report is not None and on_scan is not None:
                     on_scan(report)
+                if failed >= FAILED_SCANS:  # a manager that cannot work lets another lead
+                    log.warning("recovery manager %s lets go after %d failed scans", self.instance, failed)
+                    self._let_go()
+                    failed = 0
+                    stop.wait(self.s.recovery_lease)
                 stop.wait(tick)
         finally:
-            try:
-                self.leadership.release()
-            except Exception:
-                pass
+            self._let_go()
+
+    def _let_go(self) -> None:
+        try:
+            self.leadership.release()
+        except Exception as e:  # a lock dies with its connection, a lease with its time
+            log.warning("recovery manager %s could not let go: %s", self.instance, e)
 
 
 def broker_requeue(state: StateStore, broker: BrokerRun, after_s: float) -> Callable[[], dict[str, Any]]:

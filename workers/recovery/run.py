@@ -57,7 +57,7 @@ def build(settings: Settings, state: StateStore, dispatch: Dispatch, app: Any) -
         put_back = kombu_restore(app)
 
         def restore() -> dict[str, Any]:
-            return restore_dead(redis_client, put_back, settings.recovery_lease)
+            return restore_dead(redis_client, put_back)
 
     return RecoveryManager(
         settings, state, lead, dispatch, send=send,
@@ -80,20 +80,32 @@ def task_dispatch(app: Any, settings: Settings) -> Dispatch:
     return dispatch
 
 
-def start_in_worker(app: Any, settings: Settings, node: str, manage: bool) -> Callable[[str], None]:
-    """A worker's threads: its liveness heartbeat (every worker), and — with `manage`, for a
-    worker of the `recovery` queue — a manager contending for the leadership. Returns the
-    function that notes a received message (by delivery tag) as this worker's."""
-    stop = threading.Event()
-    if manage:
-        threading.Thread(
-            target=_manage, args=(app, settings, stop), name="utxoflow-recovery", daemon=True
-        ).start()
-    if not on_redis(settings):  # no `unacked` hash to give back from: nothing to note
-        return lambda _tag: None
-    beat = Heartbeat(settings.broker_url, node, settings.recovery_lease)
-    threading.Thread(target=beat.run, args=(stop,), name="utxoflow-alive", daemon=True).start()
-    return beat.taken
+class WorkerThreads:
+    """A worker's threads: its liveness heartbeat (every worker on Redis), and — for a worker of
+    the `recovery` queue — a manager contending for the leadership."""
+
+    def __init__(self, app: Any, settings: Settings, node: str, manage: bool) -> None:
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.taken: Callable[[str], None] = lambda _tag: None  # no `unacked` hash: nothing to note
+        if manage:
+            self._start(_manage, (app, settings, self._stop), "utxoflow-recovery")
+        if on_redis(settings):
+            beat = Heartbeat(settings.broker_url, node, settings.recovery_lease)
+            self._start(beat.run, (self._stop,), "utxoflow-alive")
+            self.taken = beat.taken
+
+    def _start(self, target: Callable[..., None], args: tuple[Any, ...], name: str) -> None:
+        t = threading.Thread(target=target, args=args, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """The worker shuts down: the manager lets go of the leadership (so another leads at
+        once, not a lease later), the heartbeat stops."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout_s)
 
 
 def _manage(app: Any, settings: Settings, stop: threading.Event) -> None:
