@@ -8,12 +8,9 @@ Invariants:
 - A transaction's spend is all or nothing across its parents' records: each parent's inputs
   are spent in one call, and when any parent refuses, the inputs newly spent on the others are
   taken back (`take_back`, which reverts a slot only while it still holds this spender's data).
-  A process that dies between its calls leaves the spends it made; the attempt delivered again
-  finds them its own ("same spender again"). If that attempt is refused for good (an output
-  spent by another, frozen, a conflicting parent…), it takes those back with its new ones: no
-  attempt of the same transaction can then succeed either, so none of them is another live
-  attempt's to keep. A refusal that may pass (a parent missing, locked or still creating) takes
-  back only its new spends: the attempt after it, once the parent is there, completes the set.
+  Not yet kept: a process that dies between the two leaves the spends it made, and an attempt
+  delivered again finds them its own (not new) and so, if it is refused, does not take them
+  back (a spend-intent record naming what an attempt spent would close this).
 - A child page's master takes the page's spent count after every call that ran on the page
   (`page_spent`, idempotent by the page's revision), so a report lost with a dying process is
   made by the next call there.
@@ -27,7 +24,7 @@ from typing import Any
 
 from chain import Tx
 from stores.utxo.aerospike.client import Connection, Key
-from stores.utxo.errors import Outpoint, ProcessingError, SpendRejected, TxLocked, TxNotFound, UtxoError
+from stores.utxo.errors import Outpoint, ProcessingError, SpendRejected, UtxoError
 from stores.utxo.kernel import verdicts
 from stores.utxo.kernel.spend import NO_IGNORE, Ignore, expected_hash
 from stores.utxo.records import Spend, SpendInfo, SpendStatus
@@ -244,7 +241,7 @@ class Rules:
         groups = self._groups(tx)
         spends: list[Spend] = []
         errors: list[tuple[int, UtxoError]] = []
-        done: list[tuple[Key, list[tuple[int, int, Outpoint, bytes | None]], Any]] = []
+        done: list[tuple[Key, list[Any]]] = []
         common = [txid, height, int(ignore.conflicting), int(ignore.locked), dah_height, self.retention]
         creating = self._creating({parent for parent, page in groups if page})
         for (parent, page), items in groups.items():
@@ -274,21 +271,13 @@ class Rules:
                 continue
             for (vin, _slot, op, _want), h in zip(items, res["hashes"]):
                 spends.append(Spend(op[0], op[1], bytes(h), txid, vin))
-            done.append((key, items, res))
+            fresh = res["fresh"]
+            if fresh:
+                undo = [[items[k][1], mine(txid, items[k][0])] for k in fresh]
+                done.append((key, [undo, res.get("dah_was"), res.get("dah"), dah_height, self.retention]))
             self._report(key, res, dah_height)
         if errors:
-            for_good = not all(isinstance(e, (TxNotFound, TxLocked)) for _v, e in errors)
-            for key, items, res in done:
-                # the slots to free: this call's new spends; refused for good, every slot this
-                # call found spent by this transaction (a dead attempt's too). Restoring the
-                # record's delete height as it was before this call is right only for the
-                # first: for the second the kernel's rule decides it again (`dah` None).
-                which = range(len(items)) if for_good else res["fresh"]
-                if not which:
-                    continue
-                undo = [[items[k][1], mine(txid, items[k][0])] for k in which]
-                dah = res.get("dah") if not for_good or len(which) == len(res["fresh"]) else None
-                args = [undo, res.get("dah_was"), dah, dah_height, self.retention]
+            for key, args in done:
                 self._report(key, self.conn.apply(key, "take_back", args), dah_height)
             return SpendRejected(txid, sorted(errors, key=lambda e: e[0]))
         spends.sort(key=lambda s: s.spending_vin)
