@@ -201,7 +201,7 @@ class Rules:
             if k in failed:
                 if r["fresh"]:
                     spent = [[items[i][1], mine(txs[k].txid, items[i][0])] for i in r["fresh"]]
-                    args = [spent, r.get("dah_was"), r.get("dah"), dah_height, self.retention]
+                    args = [spent, r.get("dah_was"), r.get("dah"), dah_height, self.retention, r.get("gen")]
                     undo.append((key, "take_back", args))
                 continue
             spends = out[k]
@@ -274,7 +274,8 @@ class Rules:
             fresh = res["fresh"]
             if fresh:
                 undo = [[items[k][1], mine(txid, items[k][0])] for k in fresh]
-                done.append((key, [undo, res.get("dah_was"), res.get("dah"), dah_height, self.retention]))
+                was, dah, gen = res.get("dah_was"), res.get("dah"), res.get("gen")
+                done.append((key, [undo, was, dah, dah_height, self.retention, gen]))
             self._report(key, res, dah_height)
         if errors:
             for key, args in done:

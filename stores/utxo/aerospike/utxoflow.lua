@@ -331,9 +331,10 @@ end
 
 -- the undo of `spend`'s fresh items {slot, spending data} when another record refused the same
 -- transaction (all or nothing across records): a slot is reverted only while it holds that data;
--- the delete-at-height goes back to `dah_was` while it is still the `dah` that spend set, and is
--- settled by the rule again (at `dah_height`) when another change has moved it since
-function take_back(rec, items, dah_was, dah, dah_height, retention)
+-- the delete-at-height goes back to `dah_was` while the record is as that spend left it (its
+-- `dah`, and its revision `gen`: no spend or unspend since, which a batch's other calls on the
+-- same record may have made), and is settled by the rule again (at `dah_height`) otherwise
+function take_back(rec, items, dah_was, dah, dah_height, retention, gen)
     if not aerospike:exists(rec) then
         return err("TX_NOT_FOUND")
     end
@@ -348,10 +349,11 @@ function take_back(rec, items, dah_was, dah, dah_height, retention)
         end
     end
     if n > 0 then
+        local untouched = rec["deleteAtHeight"] == dah and (gen == nil or (rec["rev"] or 0) == gen)
         rec["utxos"] = ub
         rec["spentUtxos"] = (rec["spentUtxos"] or 0) - n
         rec["rev"] = (rec["rev"] or 0) + 1
-        if rec["deleteAtHeight"] == dah then
+        if untouched then
             rec["deleteAtHeight"] = dah_was
         else
             apply_dah(rec, dah_height, retention)
