@@ -24,17 +24,16 @@ from stores.errors import StoreError
 from stores.utxo import twophase, validate
 from stores.utxo.aerospike import codec
 from stores.utxo.aerospike.paged import PagedMixin
+from stores.utxo.createplan import CreatePlanMixin
 from stores.utxo.errors import ProcessingError, TxExists
-from stores.utxo.kernel import create
-from stores.utxo.kernel.record import Record, meta_of
-from stores.utxo.prevouts import PrevoutsMixin
+from stores.utxo.kernel.record import Record
 from stores.utxo.records import BlockInfo, TxMeta, Utxo
 from stores.utxo.snapshot import snapshot_record
 
 NO_HASH = b"\x00" * 32
 
 
-class CreateMixin(PagedMixin, PrevoutsMixin):
+class CreateMixin(PagedMixin, CreatePlanMixin):
     def create(
         self,
         tx: Tx,
@@ -62,60 +61,26 @@ class CreateMixin(PagedMixin, PrevoutsMixin):
     ) -> Sequence[TxMeta | StoreError | None]:
         """Create each tx (create-only): per tx, its record as created (None with `meta` off),
         or its error."""
-        validate.height("block_height", block_height)
-        for b in mined_block_infos:
-            validate.number("block_id", b.block_id)
-            validate.height("block height", b.block_height)
-            validate.number("subtree_idx", b.subtree_idx)
-        results: list[TxMeta | Record | StoreError | None] = [None] * len(txs)
-        fees = self._fees(txs)
-        blocks = [(b.block_id, b.block_height, b.subtree_idx) for b in mined_block_infos]
-        make = create.masters(
-            block_height,
-            blocks,
-            batch_size=self.batch_size,
-            retention=self.retention,
-            dah_height=self.height_for(block_height),
-            created_at=int(time.time() * 1000),
-            locked=locked,
-            conflicting=conflicting,
-            frozen=frozen,
-        )
-        seen: set[bytes] = set()
-        todo: list[int] = []
-        external: list[int] = []
-        for i, tx in enumerate(txs):
-            refused = create.refusal(tx)
-            if refused is not None:
-                results[i] = refused
-                continue
-            if tx.txid in seen:
-                results[i] = TxExists(f"tx {tx.txid_hex} appears twice in the batch", txid=tx.txid)
-                continue
-            seen.add(tx.txid)
+        def external_if(tx: Tx) -> bool:
             n_out = len(tx.outputs)
-            if (
+            return (
                 self.externalize_all
                 or len(tx.raw) > self.max_tx_size_in_store
                 or n_out > self.batch_size
                 or len(tx.raw) + n_out * 68 > codec.RECORD_BUDGET  # (too large a record)
-            ):
-                external.append(i)
-                continue
-            results[i] = make(tx, fees[i])
-            todo.append(i)
-        self._write_new(txs, todo, results, conflicting)
-        if external:
-            self._create_external(txs, external, fees, results, block_height, mined_block_infos,
-                                  locked=locked, conflicting=conflicting, frozen=frozen)  # fmt: skip
-        out: list[TxMeta | StoreError | None] = []
-        for tx, r in zip(txs, results):
-            if isinstance(r, StoreError):
-                out.append(r)
-                continue
-            self.recent.add(tx)
-            out.append(None if not meta else meta_of(r, tx) if isinstance(r, Record) else r)
-        return out
+            )
+
+        plan = self._plan_creates(
+            txs, block_height, mined_block_infos, locked=locked, conflicting=conflicting, frozen=frozen,
+            external_if=external_if,
+        )
+        self._write_new(txs, plan.single, plan.results, conflicting)
+        if plan.external:
+            self._create_external(
+                txs, plan.external, plan.fees, plan.results, block_height, mined_block_infos,
+                locked=locked, conflicting=conflicting, frozen=frozen,
+            )
+        return self._created(txs, plan.results, meta)
 
     def _write_new(
         self,

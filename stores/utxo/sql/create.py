@@ -17,18 +17,17 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from chain import Tx, hash_to_hex
 from stores.errors import StoreError
-from stores.utxo import twophase, validate
+from stores.utxo import twophase
+from stores.utxo.createplan import CreatePlanMixin
 from stores.utxo.errors import ProcessingError, TxExists
 from stores.utxo.gcpause import gc_paused
-from stores.utxo.kernel import create, state
-from stores.utxo.kernel.record import Record, meta_of
-from stores.utxo.prevouts import PrevoutsMixin
+from stores.utxo.kernel import state
+from stores.utxo.kernel.record import Record
 from stores.utxo.records import BlockInfo, TxMeta
 from stores.utxo.sql import codec
 from stores.utxo.sql.spend import SpendMixin
@@ -43,7 +42,7 @@ class _Raced(Exception):
     """Another writer inserted one of our txids between our check and our insert."""
 
 
-class CreateMixin(SpendMixin, PrevoutsMixin):
+class CreateMixin(SpendMixin, CreatePlanMixin):
     def create(
         self,
         tx: Tx,
@@ -72,48 +71,20 @@ class CreateMixin(SpendMixin, PrevoutsMixin):
     ) -> Sequence[TxMeta | StoreError | None]:
         """Create each tx (create-only): per tx, its record as created (`meta` off: None, which
         spares a block's worth of TxMeta a caller that only wants the errors), or its error."""
-        validate.height("block_height", block_height)
-        for b in mined_block_infos:
-            validate.number("block_id", b.block_id)
-            validate.height("block height", b.block_height)
-            validate.number("subtree_idx", b.subtree_idx)
-        results: list[TxMeta | Record | StoreError | None] = [None] * len(txs)
-        fees = self._fees(txs)
-        blocks = [(b.block_id, b.block_height, b.subtree_idx) for b in mined_block_infos]
-        make = create.masters(
-            block_height,
-            blocks,
-            batch_size=self.batch_size,
-            retention=self.retention,
-            dah_height=self.height_for(block_height),
-            created_at=int(time.time() * 1000),
-            locked=locked,
-            conflicting=conflicting,
-            frozen=frozen,
-        )
-        seen: set[bytes] = set()
-        todo: list[Row] = []
-        external: list[int] = []
         batch_size, max_size, ext_all = self.batch_size, self.max_tx_size_in_store, self.externalize_all
+        plan = self._plan_creates(
+            txs, block_height, mined_block_infos, locked=locked, conflicting=conflicting, frozen=frozen,
+            external_if=lambda tx: ext_all or len(tx.raw) > max_size or len(tx.outputs) > batch_size,
+        )
+        results, fees, external = plan.results, plan.fees, plan.external
+        todo: list[Row] = []
         insert = None
-        for i, tx in enumerate(txs):
-            txid = tx.txid
-            refused = create.refusal(tx)
-            if refused is not None:
-                results[i] = refused
-                continue
-            if txid in seen:
-                results[i] = TxExists(f"tx {tx.txid_hex} appears twice in the batch", txid=txid)
-                continue
-            seen.add(txid)
-            if ext_all or len(tx.raw) > max_size or len(tx.outputs) > batch_size:
-                external.append(i)
-                continue
-            rec = make(tx, fees[i])
+        for i in plan.single:
+            rec = results[i]
+            assert isinstance(rec, Record)
             if insert is None:
                 insert = codec.create_insert(rec, self.db.empty_blob)
-            todo.append((i, txid, codec.create_values(rec, tx.raw)))
-            results[i] = rec
+            todo.append((i, rec.txid, codec.create_values(rec, txs[i].raw)))
         after = self._list_on_parents(txs) if conflicting else None
         dups: list[int] = []
         if insert is not None:
@@ -134,14 +105,7 @@ class CreateMixin(SpendMixin, PrevoutsMixin):
         for i in dups:
             txid = txs[i].txid
             results[i] = TxExists(f"tx {hash_to_hex(txid)} already exists", txid=txid)
-        out: list[TxMeta | StoreError | None] = []
-        for tx, r in zip(txs, results):
-            if isinstance(r, StoreError):
-                out.append(r)
-                continue
-            self.recent.add(tx)
-            out.append(None if not meta else meta_of(r, tx) if isinstance(r, Record) else r)
-        return out
+        return self._created(txs, results, meta)
 
     def _list_on_parents(self, txs: Sequence[Tx]) -> Callable[[Any, set[bytes]], None]:
         """For a conflicting creation: list each inserted tx on its parents (in the insert's unit)."""
