@@ -28,6 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from stores.errors import StorageError
@@ -141,14 +142,21 @@ class RecoveryManager:
         added = self.state.recovery_add("creation", [t[::-1].hex() for t in found]) if found else 0
         return {"found": len(found), "added": added}
 
-    def run(self, stop: threading.Event, on_scan: Callable[[dict[str, Any]], None] | None = None) -> None:
-        """Scan every interval until `stop` is set, then let go of the leadership."""
+    def run(
+        self,
+        stop: threading.Event,
+        on_scan: Callable[[dict[str, Any]], None] | None = None,
+        around: Callable[[], AbstractContextManager[None]] = nullcontext,
+    ) -> None:
+        """Scan every interval until `stop` is set, then let go of the leadership; each scan
+        (and the letting go) inside `around()`."""
         tick = min(self.s.recovery_scan_interval, self.s.requeue_interval)
         failed = 0
         try:
             while not stop.is_set():
                 try:
-                    report = self.scan_once()
+                    with around():
+                        report = self.scan_once()
                     failed = 0
                 except Exception as e:  # the leadership, a claim or its hand-off failed
                     log.warning("recovery scan failed: %s: %s", type(e).__name__, e)
@@ -158,12 +166,14 @@ class RecoveryManager:
                     on_scan(report)
                 if failed >= FAILED_SCANS:  # a manager that cannot work lets another lead
                     log.warning("recovery manager %s lets go after %d failed scans", self.instance, failed)
-                    self._let_go()
+                    with around():
+                        self._let_go()
                     failed = 0
                     stop.wait(self.s.recovery_lease)
                 stop.wait(tick)
         finally:
-            self._let_go()
+            with around():
+                self._let_go()
 
     def _let_go(self) -> None:
         try:

@@ -1,15 +1,23 @@
 """Building a recovery manager for a process: inside a worker (its main process: claims go out
 as `utxoflow.recovery.handle` tasks) or in `utxo recover` (claims handled in the process).
 
-Invariants: a manager opens its own state store (and, for the half-done creations, its own UTXO
-store) when built, in the thread that uses them — never a worker pool child's connections.
+Invariants:
+- A manager uses its own state store and UTXO store, in the thread that runs it — never a pool
+  child's connections.
+- Inside a worker, no connection of the manager is open while the main process forks a pool
+  child (a replacement for one that died): SQLite's per-process lock bookkeeping would go to
+  the child with it, and the child's own connection to the file would then wait forever for a
+  lock nobody holds. So the manager opens its stores for a scan and closes them after it, and
+  a fork waits for a scan under way to end (`os.register_at_fork`, `_SCANNING`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from stores.lease import holder_id
@@ -38,14 +46,15 @@ def build(settings: Settings, state: StateStore, dispatch: Dispatch, app: Any) -
     lead = leadership(
         state, settings.recovery_advisory_lock_id, instance_name(settings), settings.recovery_lease
     )
-    utxo: list[Any] = []
 
     def half_done(limit: int) -> list[bytes]:
-        if not utxo:  # opened on first use, by the manager's own thread
-            from stores.utxo import open_utxo_store
+        from stores.utxo import open_utxo_store
 
-            utxo.append(open_utxo_store(settings.store_url, **settings.store_options()))
-        found: list[bytes] = utxo[0].half_done_creations(limit)
+        utxo = open_utxo_store(settings.store_url, create=False, **settings.store_options())
+        try:  # (once a lease: opened for it alone, see the module)
+            found: list[bytes] = utxo.half_done_creations(limit)
+        finally:
+            utxo.close()
         return found
 
     def send(task: str, args: list[Any]) -> None:
@@ -108,15 +117,37 @@ class WorkerThreads:
             t.join(timeout_s)
 
 
+_SCANNING = threading.Lock()  # held by a worker's manager for a scan; a fork waits for it
+
+
+class ScanState:
+    """The manager's state store in a worker: opened at its first use in a scan, closed at the
+    scan's end (`closed`), so that no connection is open between scans (see the module)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._store: StateStore | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._store is None:
+            self._store = open_state_store(self.url, create=False)
+        return getattr(self._store, name)
+
+    @contextmanager
+    def scan(self) -> Iterator[None]:
+        with _SCANNING:
+            try:
+                yield
+            finally:
+                if self._store is not None:
+                    store, self._store = self._store, None
+                    store.close()
+
+
 def _manage(app: Any, settings: Settings, stop: threading.Event) -> None:
-    state: StateStore | None = None
-    while state is None and not stop.is_set():
-        try:
-            state = open_state_store(settings.state_url, create=False)
-        except Exception as e:  # the worker refused to start if it could never work (startup.py)
-            log.warning("the recovery manager waits for the state store: %s", e)
-            stop.wait(settings.recovery_scan_interval)
-    if state is None:
-        return
-    manager = build(settings, state, task_dispatch(app, settings), app)
-    manager.run(stop)
+    os.register_at_fork(
+        before=_SCANNING.acquire, after_in_parent=_SCANNING.release, after_in_child=_SCANNING.release
+    )
+    state = ScanState(settings.state_url)
+    manager = build(settings, state, task_dispatch(app, settings), app)  # type: ignore[arg-type]
+    manager.run(stop, around=state.scan)
