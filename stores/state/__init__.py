@@ -1,7 +1,6 @@
 """The state store: the chain's block index (hash, parent, height, cumulative work, status),
-the best-chain tip, per-block undo records, named leases, the registry of pending messages and
-the pruner's jobs;
-SQLite or PostgreSQL by URL."""
+the best-chain tip, per-block undo records, named leases, the registry of pending messages, the
+pruner's jobs and the recovery manager's claims; SQLite or PostgreSQL by URL."""
 
 from stores.state.factory import open_state_store
 from stores.state.protocol import (
