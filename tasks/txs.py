@@ -11,7 +11,7 @@ from chain import hex_to_hash, parse_tx
 from stores.blob.protocol import blob_key
 from stores.errors import StorageError
 from workers.app import app
-from workers.mempool import apply_tx, release_leftovers, waiting_for_parents
+from workers.mempool import apply_tx, waiting_for_parents
 from workers.services import services
 
 log = logging.getLogger("utxoflow.tasks")
@@ -28,12 +28,9 @@ def tx_arrived(self: Task, txid: str, ident: str) -> dict[str, Any]:
         tx = parse_tx(svc.blobs.get(blob_key(hex_to_hash(txid), "tx")))
         refused = apply_tx(svc.utxo, tx)
         if refused is not None:
-            waiting = waiting_for_parents(refused)
-            if waiting and self.request.retries < PARENT_RETRIES:
+            if waiting_for_parents(refused) and self.request.retries < PARENT_RETRIES:
                 raise self.retry(countdown=min(0.5 * 2 ** self.request.retries, 30))
             log.warning("tx %s rejected: %s", txid, refused)
-            if not waiting:  # for good (a parent may yet come: the recovery manager tries on)
-                release_leftovers(svc.utxo, tx)
             svc.registry.done(ident)
             return {"txid": txid, "status": "rejected", "reason": str(refused)}
     except StorageError as e:

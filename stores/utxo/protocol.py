@@ -112,11 +112,8 @@ class UtxoStore(PagedRecords, Protocol):
         self, txs: Sequence[Tx], block_height: int, missing_ok: bool = False, ignore: Ignore = NO_IGNORE
     ) -> list[list[Spend] | UtxoError]: ...
     def spend(self, tx: Tx, block_height: int, ignore: Ignore = NO_IGNORE) -> list[Spend]: ...
-    def unspend(
-        self, spends: Sequence[Spend], lock_parents: bool = False, own: bool = False
-    ) -> list[UtxoError | None]:
-        """Take back each spend whose output has the given UTXO hash, whoever made it; with
-        `own`, only a spend its Spend's spender (spending txid, vin) made."""
+    def unspend(self, spends: Sequence[Spend], lock_parents: bool = False) -> list[UtxoError | None]:
+        """Take back each spend whose output has the given UTXO hash, whoever made it."""
         ...
 
     # -- block membership -------------------------------------------------------------------

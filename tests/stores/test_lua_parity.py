@@ -179,21 +179,13 @@ def test_spends_agree(
 @SETTINGS
 @given(
     records(),
-    st.lists(
-        st.tuples(
-            st.integers(0, 1), st.sampled_from([0, 1, 2, 5]), st.booleans(),
-            st.sampled_from([None, True, False]),
-        ),
-        max_size=4,
-    ),
+    st.lists(st.tuples(st.integers(0, 1), st.sampled_from([0, 1, 2, 5]), st.booleans()), max_size=4),
 )
-def test_unspends_agree(
-    rules: Any, recs: dict[bytes, Record], items: list[tuple[int, int, bool, bool | None]]
-) -> None:
+def test_unspends_agree(rules: Any, recs: dict[bytes, Record], items: list[tuple[int, int, bool]]) -> None:
     load(rules, recs)
     py = copy.deepcopy(recs)
     want, got = [], []
-    for k, vout, right, own in items:
+    for k, vout, right in items:
         tx = PARENT_TXS[k]
         op = (tx.txid, vout)
         h = (
@@ -202,15 +194,12 @@ def test_unspends_agree(
             else b"\x09" * 32
         )
         h = h if right else b"\x08" * 32
-        # `own`: only that spender's spend (the one the slot holds, or a stranger's)
+        want.append(spend.unspend(py.get(tx.txid), op, h, BATCH))
         rec = py.get(tx.txid)
-        held = bytes(rec.utxos[vout * 68 + 32 : vout * 68 + 68]) if rec is not None and vout < 3 else None
-        spender = None if own is None else (held if own and held else b"\x07" * 36)
-        want.append(spend.unspend(py.get(tx.txid), op, h, BATCH, spender))
         if rec is not None and "spent_utxos" in rec.dirty:
             dah.apply_dah(rec, 150, RET)
             rec.dirty.clear()
-        got.append(rules.unspend(op, h, 150, spender))
+        got.append(rules.unspend(op, h, 150))
     assert errors(got) == errors(want)
     assert_same(stored(rules), kernel_state(py))
 

@@ -205,24 +205,6 @@ def test_check_order_creating_before_conflicting_before_locked(store: UtxoStore)
     assert isinstance(_only(e.value), TxConflicting)
 
 
-def test_unspend_of_its_own_leaves_anothers_spend(store: UtxoStore) -> None:
-    """`own`: a spend is taken back only if the Spend's spender made it (what frees a refused
-    transaction's leftovers, `workers.mempool.release_leftovers`); another's stays, no error."""
-    f = funding(2)
-    created(store, f)
-    c = child((f, 0), (f, 1))
-    s0, s1 = store.spend(c, 101)
-    stranger = s0._replace(spending_txid=b"\x42" * 32)
-    wrong_vin = s1._replace(spending_vin=0)
-    assert store.unspend([stranger, wrong_vin], own=True) == [None, None]
-    assert store.get(f.txid).spent_utxos == 2
-    assert store.unspend([s0], own=True) == [None]
-    assert store.get_output((f.txid, 0)).state == "unspent"  # type: ignore[union-attr]
-    assert store.get_output((f.txid, 1)).spending_txid == c.txid  # type: ignore[union-attr]
-    assert isinstance(store.unspend([s1._replace(utxo_hash=b"\x09" * 32)], own=True)[0], UtxoMismatch)
-    assert store.get(f.txid).spent_utxos == 1
-
-
 def test_unspend_goes_by_the_utxo_hash_whoever_spent(store: UtxoStore) -> None:
     """Teranode's unspend clears an output by its UTXO hash, whoever the spender named in the
     request (it was `False` and a silent no-op for a stranger before); a wrong hash is an error,

@@ -33,7 +33,7 @@ from stores.errors import StorageError
 from stores.state.recovery import DONE, PENDING, RecoveryEntry
 from stores.utxo import TxNotFound
 from stores.utxo.twophase import park
-from workers.mempool import apply_tx, release_leftovers, waiting_for_parents
+from workers.mempool import apply_tx, waiting_for_parents
 from workers.services import Services
 
 log = logging.getLogger("utxoflow.recovery")
@@ -74,7 +74,6 @@ def _tx(svc: Services, entry: RecoveryEntry) -> Verdict:
         return _by_record(svc, txid) or Verdict(PENDING, "processed again: accepted", True)
     if waiting_for_parents(refused):
         return _not_found(svc, entry, f"its parents are not in the store ({refused})")
-    release_leftovers(svc.utxo, tx)
     svc.registry.done(entry.ident)
     return Verdict("deleted", f"deleted: refused ({refused})")
 

@@ -8,10 +8,9 @@ Invariants:
 - A transaction's spend is all or nothing across its parents' records: each parent's inputs
   are spent in one call, and when any parent refuses, the inputs newly spent on the others are
   taken back (`take_back`, which reverts a slot only while it still holds this spender's data).
-  A process that dies between the two leaves the spends it made, and an attempt delivered
-  again finds them its own (not new), so a refusal takes back only its new ones — as the
-  kernel's refused spend leaves every record as it was. Those leftovers of a transaction
-  refused for good are freed by whoever learns it (`workers.mempool.release_leftovers`).
+  Not yet kept: a process that dies between the two leaves the spends it made, and an attempt
+  delivered again finds them its own (not new) and so, if it is refused, does not take them
+  back (a spend-intent record naming what an attempt spent would close this).
 - A child page's master takes the page's spent count after every call that ran on the page
   (`page_spent`, idempotent by the page's revision), so a report lost with a dying process is
   made by the next call there.
@@ -285,15 +284,11 @@ class Rules:
         spends.sort(key=lambda s: s.spending_vin)
         return spends
 
-    def unspend(
-        self, op: Outpoint, want: bytes, dah_height: int, spender: bytes | None = None
-    ) -> UtxoError | None:
-        """`kernel.spend.unspend` (with `spender`: only that spender's spend)."""
-        item = [want] if spender is None else [want, spender]
+    def unspend(self, op: Outpoint, want: bytes, dah_height: int) -> UtxoError | None:
         key, res = self._call(
             op,
             "unspend",
-            lambda slot: [[[slot, *item]], dah_height, self.retention],
+            lambda slot: [[[slot, want]], dah_height, self.retention],
             lambda r: r["results"][0] != 0 and r["results"][0]["code"] == "TX_NOT_FOUND",
         )
         out = res["results"][0]

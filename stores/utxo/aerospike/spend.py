@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from chain import Tx
 from stores.utxo import validate
 from stores.utxo.aerospike.create import CreateMixin
-from stores.utxo.aerospike.rules import mine
 from stores.utxo.errors import Outpoint, ProcessingError, UtxoError
 from stores.utxo.kernel import outputs, verdicts
 from stores.utxo.kernel.spend import NO_IGNORE, Ignore, blesses
@@ -52,12 +51,9 @@ class SpendMixin(CreateMixin):
         skip = {t.txid for t in batch} if missing_ok else blessed
         return self.rules.spend_txs(batch, block_height, height, ignore, skip)
 
-    def unspend(
-        self, spends: Sequence[Spend], lock_parents: bool = False, own: bool = False
-    ) -> list[UtxoError | None]:
-        """Take back each spend of an output whose UTXO hash is the one given, whoever made it
-        (`own`: only its Spend's spender's); `lock_parents` locks every parent touched (a
-        conflict being swapped)."""
+    def unspend(self, spends: Sequence[Spend], lock_parents: bool = False) -> list[UtxoError | None]:
+        """Take back each spend of an output whose UTXO hash is the one given, whoever made it;
+        `lock_parents` locks every parent touched (a conflict being swapped)."""
         validate.outpoints((s.txid, s.vout) for s in spends)
         for s in spends:
             validate.hash32("utxo_hash", s.utxo_hash)
@@ -66,12 +62,7 @@ class SpendMixin(CreateMixin):
             parents = list(dict.fromkeys(s.txid for s in spends))
             there = [p for p, ok in zip(parents, self._exists([self.key(p) for p in parents])) if ok]
             self._set_flag(there, "locked", 1, height)
-        return [
-            self.rules.unspend(
-                (s.txid, s.vout), s.utxo_hash, height, mine(s.spending_txid, s.spending_vin) if own else None
-            )
-            for s in spends
-        ]
+        return [self.rules.unspend((s.txid, s.vout), s.utxo_hash, height) for s in spends]
 
     def _set_flag(self, txids: Sequence[bytes], what: str, value: int, height: int) -> list[bool]:
         """`set_state` of the Lua module on each master, and on its child pages for the fields

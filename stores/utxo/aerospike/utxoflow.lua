@@ -294,8 +294,7 @@ local function outcome(results, e)
     end
 end
 
--- kernel.spend.unspend for each item {slot, want[, spender]}: the spend is taken back whoever
--- made it, or, with a spender, only if that spender made it (another's stays: no error)
+-- kernel.spend.unspend for each item {slot, want}: the spend is taken back whoever made it
 function unspend(rec, items, dah_height, retention)
     local results = list()
     local ub = rec["utxos"]
@@ -303,13 +302,12 @@ function unspend(rec, items, dah_height, retention)
     local n = 0
     for i = 1, list.size(items) do
         local slot, want = items[i][1], str(items[i][2])
-        local spender = str(items[i][3])
         local off, e = verified(rec, s, slot, want, true)
         if e == nil then
             local data = string.sub(s, off + HASH + 1, off + SLOT)
             if data == FROZEN then
                 e = err("UTXO_FROZEN")
-            elseif data ~= UNSPENT and (spender == nil or data == spender) then
+            elseif data ~= UNSPENT then
                 bytes.set_string(ub, off + HASH + 1, UNSPENT)
                 s = string.sub(s, 1, off + HASH) .. UNSPENT .. string.sub(s, off + SLOT + 1)
                 n = n + 1

@@ -235,13 +235,10 @@ def spend_txs(
     return results
 
 
-def unspend(
-    parent: Record | None, op: Outpoint, want: bytes, batch_size: int, spender: bytes | None = None
-) -> UtxoError | None:
+def unspend(parent: Record | None, op: Outpoint, want: bytes, batch_size: int) -> UtxoError | None:
     """Take back the spend of `op`, whoever made it, if its UTXO hash is `want` (Teranode's
     unspend): missing → TxNotFound / UtxoNotFound; another hash → UtxoMismatch; frozen →
-    UtxoFrozen; unspent already → nothing to do. With `spender` (txid + vin, 36 bytes): only a
-    spend that spender made is taken back; another's stays, and that is no error either."""
+    UtxoFrozen; unspent already → nothing to do."""
     loc = verified_slot(parent, op, want, batch_size, creating_ok=True)
     if isinstance(loc, UtxoError):
         return loc
@@ -250,7 +247,7 @@ def unspend(
     data = rec.utxos[off + 32 : off + SLOT]
     if data == FROZEN:
         return verdicts.frozen(op, unspend=True)
-    if data != UNSPENT and (spender is None or data == spender):
+    if data != UNSPENT:
         parent.set_spending(rec, off, UNSPENT, -1)
     return None
 

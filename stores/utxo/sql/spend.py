@@ -83,13 +83,10 @@ class SpendMixin(ReadMixin):
             if "spent_utxos" in p.dirty:
                 apply_dah(p, height, self.retention)
 
-    def unspend(
-        self, spends: Sequence[Spend], lock_parents: bool = False, own: bool = False
-    ) -> list[UtxoError | None]:
+    def unspend(self, spends: Sequence[Spend], lock_parents: bool = False) -> list[UtxoError | None]:
         """Take back each spend of an output whose UTXO hash is the one given, whoever made it
-        (`kernel.spend.unspend`; `own`: only its Spend's spender's); per item, None or the
-        error. `lock_parents` locks every parent touched (a conflict being swapped: no one may
-        spend them meanwhile)."""
+        (`kernel.spend.unspend`); per item, None or the error. `lock_parents` locks every parent
+        touched (a conflict being swapped: no one may spend them meanwhile)."""
         validate.outpoints((s.txid, s.vout) for s in spends)
         for s in spends:
             validate.hash32("utxo_hash", s.utxo_hash)
@@ -100,10 +97,7 @@ class SpendMixin(ReadMixin):
                 cur, {s.txid for s in spends}, want=((s.txid, s.vout) for s in spends), proj=codec.SPENDS
             )
             out = [
-                rules.unspend(
-                    parents.get(s.txid), (s.txid, s.vout), s.utxo_hash, self.batch_size,
-                    s.spending_txid + s.spending_vin.to_bytes(4, "little") if own else None,
-                )
+                rules.unspend(parents.get(s.txid), (s.txid, s.vout), s.utxo_hash, self.batch_size)
                 for s in spends
             ]
             self._apply_dah(parents.values(), height)
