@@ -118,6 +118,7 @@ class WorkerThreads:
 
 
 _SCANNING = threading.Lock()  # held by a worker's manager for a scan; a fork waits for it
+_HOOKED: list[bool] = []  # the fork hook is registered once per process (a second would wait on itself)
 
 
 class ScanState:
@@ -145,9 +146,11 @@ class ScanState:
 
 
 def _manage(app: Any, settings: Settings, stop: threading.Event) -> None:
-    os.register_at_fork(
-        before=_SCANNING.acquire, after_in_parent=_SCANNING.release, after_in_child=_SCANNING.release
-    )
+    if not _HOOKED:
+        _HOOKED.append(True)
+        os.register_at_fork(
+            before=_SCANNING.acquire, after_in_parent=_SCANNING.release, after_in_child=_SCANNING.release
+        )
     state = ScanState(settings.state_url)
     manager = build(settings, state, task_dispatch(app, settings), app)  # type: ignore[arg-type]
     manager.run(stop, around=state.scan)
