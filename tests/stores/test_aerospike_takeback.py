@@ -43,3 +43,28 @@ def test_a_take_back_after_another_spend_of_the_batch_settles_the_delete_height_
     assert meta.spent_utxos == 1
     # as if `refused` had never run: `other`'s spend settled it (unmined, not all spent: none)
     assert meta.delete_at_height is None
+
+
+def test_a_take_back_after_a_state_change_settles_the_delete_height_again(store: Any) -> None:
+    """A spend makes a mined record all spent (due at height + retention); it is then made
+    conflicting; the spend is taken back. The record must end due as its twin that only was
+    made conflicting is — not with the delete height from before the spend (none: never
+    pruned). (The rule settles it at the take-back's height, a block after the twin's: due no
+    sooner than the kernel would have it, which is the side to err on.)"""
+    from stores.utxo.aerospike.rules import mine
+    from stores.utxo.kernel.spend import expected_hash
+
+    one, twin = funding(1), funding(1)
+    created(store, one, twin, mined=True)
+    spender = child((one, 0))
+    key, slot = store.rules.where((one.txid, 0))
+    args = [[[slot, 0, expected_hash(spender, 0), 0]], spender.txid, 101, 0, 0, 101, 288]
+    res = store.conn.apply(key, "spend", args)
+    assert store.get(one.txid).delete_at_height is not None  # all spent and mined: due
+    store.set_conflicting([one.txid, twin.txid], True)
+    undo = [[[slot, mine(spender.txid, 0)]], res.get("dah_was"), res.get("dah"), 101, 288, res.get("gen")]
+    assert store.conn.apply(key, "take_back", undo)["n"] == 1
+    got, want = store.get(one.txid), store.get(twin.txid)
+    assert got.spent_utxos == want.spent_utxos == 0
+    assert want.delete_at_height is not None and got.delete_at_height is not None
+    assert want.delete_at_height <= got.delete_at_height <= want.delete_at_height + 1

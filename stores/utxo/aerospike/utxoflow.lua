@@ -332,8 +332,9 @@ end
 -- the undo of `spend`'s fresh items {slot, spending data} when another record refused the same
 -- transaction (all or nothing across records): a slot is reverted only while it holds that data;
 -- the delete-at-height goes back to `dah_was` while the record is as that spend left it (its
--- `dah`, and its revision `gen`: no spend or unspend since, which a batch's other calls on the
--- same record may have made), and is settled by the rule again (at `dah_height`) otherwise
+-- `dah`, and its revision `gen`: every change the delete height depends on bumps `rev` — a
+-- spend, unspend, take-back, set-mined, state change or page report), and is settled by the
+-- rule again (at `dah_height`) otherwise
 function take_back(rec, items, dah_was, dah, dah_height, retention, gen)
     if not aerospike:exists(rec) then
         return err("TX_NOT_FOUND")
@@ -559,6 +560,7 @@ function set_mined(rec, block_id, block_height, subtree, on_longest, unset, heig
     rec["locked"] = nil -- (the child pages' mirrored flag is the caller's to clear: `extra`)
     out["extra"] = rec["totalExtraRecs"] or 0
     apply_dah(rec, height, retention)
+    rec["rev"] = (rec["rev"] or 0) + 1 -- (what the delete height hangs on changed: see take_back)
     aerospike:update(rec)
     out["blocks"] = block_ids(rec)
     return out
@@ -598,6 +600,7 @@ function set_state(rec, what, value, height, retention)
     else
         return err("PROCESSING_ERROR")
     end
+    rec["rev"] = (rec["rev"] or 0) + 1 -- (see take_back)
     aerospike:update(rec)
     return 0
 end
@@ -655,6 +658,7 @@ function page_spent(rec, page, gen, spent, height, retention)
     m[page] = v
     rec["pageSpent"] = m
     apply_dah(rec, height, retention)
+    rec["rev"] = (rec["rev"] or 0) + 1 -- (see take_back)
     aerospike:update(rec)
     return 1
 end
