@@ -21,16 +21,16 @@ from typing import Any
 
 from chain import Tx, hash_to_hex, parse_tx
 from stores.blob.protocol import BlobNotFound
-from stores.errors import StorageError
 from stores.utxo import slots, validate
 from stores.utxo.aerospike import codec
 from stores.utxo.aerospike.base import BATCH
 from stores.utxo.aerospike.create import CreateMixin
 from stores.utxo.errors import Outpoint, ProcessingError, TxNotFound
-from stores.utxo.kernel.record import Record, decode_blocks, meta_of
-from stores.utxo.records import OutputInfo, SpendInfo, Standing, TxMeta, Utxo, UtxoStats
+from stores.utxo.kernel.record import Record, meta_of
+from stores.utxo.records import OutputInfo, SpendInfo, Standing, TxMeta, UtxoStats
 from stores.utxo.sql import codec as sql_codec
-from stores.utxo.sql.read import FIELDS, OutputCursor, record_outputs
+from stores.utxo.sql.read import FIELDS
+from stores.utxo.view import VIEW_BYTES, Outputs, Segment, UtxoView, no_blob, record_outputs
 
 # record_outputs reads the SQL codec's raw formats: the bins must mean the same by them
 assert (codec.RAW_TX, codec.RAW_OUTPUTS) == (sql_codec.RAW_TX, sql_codec.RAW_OUTPUTS)
@@ -47,20 +47,12 @@ VIEW_BINS = [
 # masters per query page: what a listing holds of the query at once (records of ~1 KB as a
 # rule; max-record-size at worst)
 QUERY_PAGE = 1000
-VIEW_CHUNK = 1000
-VIEW_BYTES = 4 << 20
 PROBE_PAGES = 20 * BATCH  # child pages looked up by key (in batches) rather than found by a scan
-Outputs = dict[int, tuple[int, bytes]]  # vout → (satoshis, script)
-Segment = tuple[Record, bytes | None, int, int, bytes]  # (record, raw, raw_format, first vout, slots)
 
 
 def _mined(bins: dict[str, Any]) -> bool:
     """`Record.mined` on a master's bins (`MINED_BINS`): in a block, not marked off the chain."""
     return bins.get(UNMINED) is None and bool(bins.get(codec.BLOCK_BINS[0]))
-
-
-def _no_blob(txid: bytes) -> StorageError:
-    return StorageError(f"tx {hash_to_hex(txid)} is stored externally but its blob is missing")
 
 
 def _view_filter(confirmed: bool) -> Any:
@@ -79,7 +71,7 @@ def _view_filter(confirmed: bool) -> Any:
     return exp.And(*terms).compile()
 
 
-class ReadMixin(CreateMixin):
+class ReadMixin(CreateMixin, UtxoView):
     def get(self, txid: bytes, fields: Sequence[str] | None = None) -> TxMeta:
         validate.hash32("txid", txid)
         if fields is not None:
@@ -103,22 +95,14 @@ class ReadMixin(CreateMixin):
         try:
             return self.external.get_tx(txid)
         except BlobNotFound:
-            raise _no_blob(txid) from None
-
-    def _walk_external(self, txid: bytes) -> Iterator[tuple[int, int, bytes]]:
-        try:
-            yield from self.external.walk(txid)
-        except BlobNotFound:
-            if not self.existing([txid]):
-                return  # pruned while the listing ran: it has no outputs to list any more
-            raise _no_blob(txid) from None
+            raise no_blob(txid) from None
 
     def _outputs_of(self, rec: Record, bins: dict[str, Any], vouts: list[int]) -> Outputs:
         if rec.external:
             try:
                 return self.external.outputs(rec.txid, vouts)
             except BlobNotFound:
-                raise _no_blob(rec.txid) from None
+                raise no_blob(rec.txid) from None
         return record_outputs(int(bins.get(codec.RAW_FORMAT) or 0), bins.get(codec.RAW))
 
     # -- which of these txids ---------------------------------------------------------------------
@@ -251,67 +235,6 @@ class ReadMixin(CreateMixin):
             ks = range(first, min(first + BATCH, extra + 1))
             there += [k for k, e in zip(ks, self._exists([self.key(txid, k) for k in ks])) if e]
         return there
-
-    def iter_utxos(self, *, confirmed: bool = True, script: bytes | None = None) -> Iterator[Utxo]:
-        # A chunk is emitted at VIEW_CHUNK segments or VIEW_BYTES of slots, whichever first.
-        batch: list[Segment] = []
-        held = 0
-        memo: dict[bytes, OutputCursor] = {}
-        for seg in self._segments(confirmed):
-            batch.append(seg)
-            held += len(seg[4])
-            if len(batch) >= VIEW_CHUNK or held >= VIEW_BYTES:
-                yield from self._emit(batch, confirmed, script, memo)
-                batch, held = [], 0
-        yield from self._emit(batch, confirmed, script, memo)
-
-    def _emit(
-        self, segments: list[Segment], confirmed: bool, script: bytes | None, memo: dict[bytes, OutputCursor]
-    ) -> Iterator[Utxo]:
-        """The live UTXOs of a chunk of records. A slot is live when it has a hash and either no
-        spending data, frozen (frozen is not spent), or — in the confirmed view — a spender that
-        is stored but not mined on the best chain (looked up once for the whole chunk)."""
-        live_of: list[list[int]] = []
-        spent_by: list[list[tuple[int, bytes]]] = []
-        spenders: set[bytes] = set()
-        for _rec, _raw, _fmt, base, utxos in segments:
-            live: list[int] = []
-            pending: list[tuple[int, bytes]] = []
-            for k in range(0, len(utxos), SLOT):
-                if utxos.startswith(NO_HASH, k):
-                    continue
-                if utxos.startswith(UNSPENT, k + 32) or utxos.startswith(FROZEN, k + 32):
-                    live.append(base + k // SLOT)
-                elif confirmed:
-                    spender = utxos[k + 32 : k + 64]
-                    pending.append((base + k // SLOT, spender))
-                    spenders.add(spender)
-            live_of.append(live)
-            spent_by.append(pending)
-        unconfirmed = self._unconfirmed(spenders) if spenders else set()
-        for (rec, raw, fmt, _base, _u), live, pending in zip(segments, live_of, spent_by):
-            if pending:
-                live = sorted(live + [v for v, sp in pending if sp in unconfirmed])
-            if not live:
-                continue
-            outputs: OutputCursor | Outputs
-            txid = rec.txid
-            if rec.external:  # walk the blob's outputs, once, while this record's pages go by
-                cur = memo.get(txid)
-                if cur is None:
-                    memo.clear()
-                    cur = memo[txid] = OutputCursor(self._walk_external(txid))
-                outputs = cur
-            else:
-                outputs = record_outputs(fmt, raw)
-            heights = [b[1] for b in decode_blocks(rec.blocks)]
-            height, coinbase = (min(heights) if heights else None), rec.is_coinbase
-            for v in live:
-                o = outputs.get(v, None)
-                if o is None:
-                    continue  # its record was pruned while this listing ran
-                if script is None or o[1] == script:
-                    yield Utxo(txid, v, o[0], o[1], height, coinbase)
 
     def _unconfirmed(self, txids: set[bytes]) -> set[bytes]:
         """Those spenders that do not make a spend confirmed: stored, but not mined on the best

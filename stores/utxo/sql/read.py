@@ -15,58 +15,21 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from chain import Tx, hash_to_hex, parse_tx
-from chain.tx import tx_outputs
 from stores.blob.protocol import BlobNotFound
-from stores.errors import StorageError
 from stores.utxo import slots, validate
 from stores.utxo.errors import Outpoint, ProcessingError, TxNotFound
 from stores.utxo.kernel import spend
-from stores.utxo.kernel.record import MINED_SQL, Record, decode_blocks, meta_of
-from stores.utxo.records import OutputInfo, SpendInfo, Standing, TxMeta, Utxo, UtxoStats
+from stores.utxo.kernel.record import MINED_SQL, Record, meta_of
+from stores.utxo.records import OutputInfo, SpendInfo, Standing, TxMeta, UtxoStats
 from stores.utxo.sql import codec
 from stores.utxo.sql.prune import PruneMixin
+from stores.utxo.view import Segment, UtxoView, no_blob, record_outputs
 
 FIELDS = frozenset(TxMeta._fields)
 SELECT_TX = f"SELECT {codec.FULL.select}, raw_format, raw FROM txs"
 # A record whose multi-record creation is unfinished lists nothing until it is complete.
 _CONFIRMED = f"{MINED_SQL} AND conflicting = 0 AND creating = 0"
-_VIEW_CHUNK = 1000
-_VIEW_BYTES = 4 << 20
-SLOT = slots.SLOT
-NO_HASH, UNSPENT, FROZEN = slots.NO_HASH, slots.UNSPENT, slots.FROZEN
-Segment = tuple[Record, bytes | None, int, int, bytes]  # (record, raw, raw_format, first vout, slots)
-
-
-class OutputCursor:
-    """Outputs of one transaction, read in increasing vout order from a stream of them."""
-
-    __slots__ = ("_at", "_it")
-
-    def __init__(self, it: Iterator[tuple[int, int, bytes]]) -> None:
-        self._it = it
-        self._at: tuple[int, int, bytes] | None = None
-
-    def get(self, vout: int, default: tuple[int, bytes] | None) -> tuple[int, bytes] | None:
-        at = self._at
-        while at is None or at[0] < vout:
-            at = self._at = next(self._it, None)
-            if at is None:
-                return default
-        return (at[1], at[2]) if at[0] == vout else default
-
-
-def record_outputs(raw_format: int, raw: bytes | None) -> dict[int, tuple[int, bytes]]:
-    """vout → (satoshis, script) of the outputs a record keeps."""
-    if raw is None:
-        return {}
-    if raw_format == codec.RAW_TX:
-        return {v: (o.satoshis, o.script) for v, o in enumerate(tx_outputs(bytes(raw)))}
-    if raw_format == codec.RAW_OUTPUTS:
-        return slots.decode_outputs(bytes(raw))
-    return {}
-
-
-class ReadMixin(PruneMixin):
+class ReadMixin(PruneMixin, UtxoView):
     def get(self, txid: bytes, fields: Sequence[str] | None = None) -> TxMeta:
         validate.hash32("txid", txid)
         if fields is not None:
@@ -92,19 +55,7 @@ class ReadMixin(PruneMixin):
         try:
             return self.external.get_tx(txid)
         except BlobNotFound:
-            raise StorageError(
-                f"tx {hash_to_hex(txid)} is stored externally but its blob is missing"
-            ) from None
-
-    def _walk_external(self, txid: bytes) -> Iterator[tuple[int, int, bytes]]:
-        try:
-            yield from self.external.walk(txid)
-        except BlobNotFound:
-            if not self.existing([txid]):
-                return  # pruned while the listing ran: it has no outputs to list any more
-            raise StorageError(
-                f"tx {hash_to_hex(txid)} is stored externally but its blob is missing"
-            ) from None
+            raise no_blob(txid) from None
 
     def _outputs_of(
         self, rec: Record, raw_format: int, raw: bytes | None, vouts: list[int]
@@ -113,9 +64,7 @@ class ReadMixin(PruneMixin):
             try:
                 return self.external.outputs(rec.txid, vouts)
             except BlobNotFound:
-                raise StorageError(
-                    f"tx {hash_to_hex(rec.txid)} is stored externally but its blob is missing"
-                ) from None
+                raise no_blob(rec.txid) from None
         return record_outputs(raw_format, raw)
 
     def existing(self, txids: Sequence[bytes], conflicting: bool = False) -> set[bytes]:
@@ -188,7 +137,7 @@ class ReadMixin(PruneMixin):
                 loc = rec.locate(vout, self.batch_size)
                 if loc is None:
                     continue
-                h, sp_txid, sp_vin, frozen = slots.decode(bytes(loc[0].utxos[loc[1] : loc[1] + SLOT]))
+                h, sp_txid, sp_vin, frozen = slots.decode(bytes(loc[0].utxos[loc[1] : loc[1] + slots.SLOT]))
                 assert h is not None
                 if outputs is None:
                     outputs = self._outputs_of(rec, r[n], r[n + 1], wanted[rec.txid])
@@ -214,85 +163,18 @@ class ReadMixin(PruneMixin):
         rec, height = self.db.read("get_spend", q)
         return spend.spend_status(rec, outpoint, utxo_hash, self.height_for(height), self.batch_size)
 
-    def iter_utxos(self, *, confirmed: bool = True, script: bytes | None = None) -> Iterator[Utxo]:
+    def _segments(self, confirmed: bool) -> Iterator[Segment]:
+        """A record's master, then each of its child pages, read one at a time (UtxoView)."""
         where = _CONFIRMED if confirmed else "conflicting = 0 AND creating = 0"
         sql = f"{SELECT_TX} WHERE {where} ORDER BY id"
-        # Segments: a record's master, then each of its child pages, read one at a time. A chunk
-        # is emitted at _VIEW_CHUNK segments or _VIEW_BYTES of slots, whichever first, so a
-        # record of a million outputs goes by a page or so at a time.
-        batch: list[Segment] = []
-        held = 0
-        memo: dict[bytes, OutputCursor] = {}
         size = self.batch_size
         n = len(codec.RECORD_COLS)
-
-        def segments() -> Iterator[Segment]:
-            for r in self.db.stream("listing UTXOs", sql):
-                rec = codec.record(r)
-                yield rec, r[n + 1], r[n], 0, bytes(rec.utxos)
-                if rec.total_extra_recs:
-                    for k, page in self._page_slots(rec.txid):
-                        yield rec, r[n + 1], r[n], k * size, page
-
-        for seg in segments():
-            batch.append(seg)
-            held += len(seg[4])
-            if len(batch) >= _VIEW_CHUNK or held >= _VIEW_BYTES:
-                yield from self._emit(batch, confirmed, script, memo)
-                batch, held = [], 0
-        yield from self._emit(batch, confirmed, script, memo)
-
-    def _emit(
-        self,
-        segments: list[Segment],
-        confirmed: bool,
-        script: bytes | None,
-        memo: dict[bytes, OutputCursor],
-    ) -> Iterator[Utxo]:
-        """The live UTXOs of a chunk of records. A slot is live when it has a hash and either no
-        spending data, frozen (frozen is not spent), or — in the confirmed view — a spender that
-        is stored but not mined on the best chain (looked up once for the whole chunk)."""
-        live_of: list[list[int]] = []
-        spent_by: list[list[tuple[int, bytes]]] = []
-        spenders: set[bytes] = set()
-        for _rec, _raw, _fmt, base, utxos in segments:
-            live: list[int] = []
-            pending: list[tuple[int, bytes]] = []
-            for k in range(0, len(utxos), SLOT):
-                if utxos.startswith(NO_HASH, k):
-                    continue
-                if utxos.startswith(UNSPENT, k + 32) or utxos.startswith(FROZEN, k + 32):
-                    live.append(base + k // SLOT)
-                elif confirmed:
-                    spender = utxos[k + 32 : k + 64]
-                    pending.append((base + k // SLOT, spender))
-                    spenders.add(spender)
-            live_of.append(live)
-            spent_by.append(pending)
-        unconfirmed = self._unconfirmed(spenders) if spenders else set()
-        for (rec, raw, fmt, _base, _u), live, pending in zip(segments, live_of, spent_by):
-            if pending:
-                live = sorted(live + [v for v, sp in pending if sp in unconfirmed])
-            if not live:
-                continue
-            outputs: OutputCursor | dict[int, tuple[int, bytes]]
-            txid = rec.txid
-            if rec.external:  # walk the blob's outputs, once, while this record's pages go by
-                cur = memo.get(txid)
-                if cur is None:
-                    memo.clear()
-                    cur = memo[txid] = OutputCursor(self._walk_external(txid))
-                outputs = cur
-            else:
-                outputs = record_outputs(fmt, raw)
-            heights = [b[1] for b in decode_blocks(rec.blocks)]
-            height, coinbase = (min(heights) if heights else None), rec.is_coinbase
-            for v in live:
-                o = outputs.get(v, None)
-                if o is None:
-                    continue  # its record was pruned while this listing ran
-                if script is None or o[1] == script:
-                    yield Utxo(txid, v, o[0], o[1], height, coinbase)
+        for r in self.db.stream("listing UTXOs", sql):
+            rec = codec.record(r)
+            yield rec, r[n + 1], r[n], 0, bytes(rec.utxos)
+            if rec.total_extra_recs:
+                for k, page in self._page_slots(rec.txid):
+                    yield rec, r[n + 1], r[n], k * size, page
 
     def _unconfirmed(self, txids: set[bytes]) -> set[bytes]:
         """Those spenders that do not make a spend confirmed: stored, but not mined on the best
