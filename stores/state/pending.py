@@ -91,14 +91,6 @@ class PendingTable:
 
         self.db.write("remove pending", unit)
 
-    def pending_entry(self, ident: str) -> PendingEntry | None:
-        def q(cur: Any) -> Any:
-            cur.execute(self.db.q(f"SELECT {COLS} FROM pending WHERE ident = ?"), (ident,))
-            return cur.fetchone()
-
-        r = self.db.read("pending entry", q)
-        return None if r is None else _entry(r)
-
     def pending(self, upto: int | None = None) -> list[PendingEntry]:
         def q(cur: Any) -> list[Any]:
             if upto is None:

@@ -162,7 +162,6 @@ class StateStore(Protocol):
         `accepted`, its tx's record was made, noted on its recovery entry in the same
         transaction (from then on the record's absence means it was removed)."""
 
-    def pending_entry(self, ident: str) -> PendingEntry | None: ...
     def pending(self, upto: int | None = None) -> list[PendingEntry]:
         """Pending entries in registration order; with `upto`, only those whose seq ≤ it."""
 

@@ -228,11 +228,3 @@ def test_processes_claiming_at_once_never_share_an_entry(state: StateStore, stat
     assert sorted(everyone) == sorted(added), [g for g in everyone if not g.startswith("tx:")]
     assert {(e.broker_run, e.sends) for e in state.pending()} == {(RUN, 2)}
 
-
-def test_one_pending_entry_is_read_by_its_id(state: StateStore) -> None:
-    i = add(state, "tx", 5)
-    e = state.pending_entry(i)
-    assert e is not None and (e.ident, e.kind, e.sends) == (i, "tx", 1)
-    assert state.pending_entry(ident("tx", 6)) is None
-    state.remove_pending(i)
-    assert state.pending_entry(i) is None
