@@ -88,6 +88,14 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _count_sql(db: Database) -> str:
+    """Add n to an outcome's count (kind, outcome, n)."""
+    return db.q(
+        "INSERT INTO recovery_counts (kind, outcome, n) VALUES (?, ?, ?) "
+        "ON CONFLICT (kind, outcome) DO UPDATE SET n = recovery_counts.n + excluded.n"
+    )
+
+
 def insert_sql(db: Database) -> str:
     """Add a pending entry unless its ident is known (whatever its status)."""
     return db.q(
@@ -154,10 +162,7 @@ class RecoveryTable:
         kind = ident.partition(":")[0]
         now = _now_ms()
         q = self.db.q
-        count = q(
-            "INSERT INTO recovery_counts (kind, outcome, n) VALUES (?, ?, 1) "
-            "ON CONFLICT (kind, outcome) DO UPDATE SET n = recovery_counts.n + 1"
-        )
+        count = _count_sql(self.db)
 
         def unit(cur: Any) -> bool:
             where = "WHERE ident = ? AND holder = ? AND holder <> '' AND status = 'pending'"
@@ -171,7 +176,7 @@ class RecoveryTable:
                 )
             if cur.rowcount != 1:
                 return False
-            cur.execute(count, (kind, outcome.partition(":")[0]))
+            cur.execute(count, (kind, outcome.partition(":")[0], 1))
             return True
 
         return self.db.write("release a recovery claim", unit)
@@ -181,10 +186,7 @@ class RecoveryTable:
         re-sent, the chain taken up)."""
         if n <= 0:
             return
-        sql = self.db.q(
-            "INSERT INTO recovery_counts (kind, outcome, n) VALUES (?, ?, ?) "
-            "ON CONFLICT (kind, outcome) DO UPDATE SET n = recovery_counts.n + excluded.n"
-        )
+        sql = _count_sql(self.db)
         self.db.write("count recovery outcomes", lambda cur: cur.execute(sql, (kind, outcome, n)))
 
     def recovery_entry(self, ident: str) -> RecoveryEntry | None:
