@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from typing import Any
 
 from celery import Celery
@@ -24,9 +23,10 @@ log = logging.getLogger("utxoflow.app")
 def resume_the_chain(**_: Any) -> None:
     """A worker starting finds the chain not at rest (a block half applied, or the best chain
     ahead of the tip: its worker died with the message, which Redis gives back only after the
-    visibility timeout): it sends one block message to take it up. The task is idempotent."""
+    visibility timeout): it sends one block message to take it up (`resume_message`)."""
     from stores.state import open_state_store
-    from workers.sequencer import APPLYING
+    from workers.ingest import BLOCK_TASK
+    from workers.sequencer import resume_message
     from workers.settings import load_settings
 
     try:
@@ -34,13 +34,10 @@ def resume_the_chain(**_: Any) -> None:
     except Exception:
         return
     try:
-        best, tip = state.best_candidate(), state.tip()
-        if best is None or (state.get_meta(APPLYING) is None and tip is not None and tip.hash == best.hash):
-            return
-        h = best.hash[::-1].hex()
-        log.warning("the chain is not at rest (tip %s, best %s): resuming it",
-                    tip and tip.height, best.height)
-        app.send_task("utxoflow.block.arrived", args=[h, f"resume:{uuid.uuid4().hex[:12]}"])
+        args = resume_message(state)
+        if args is not None:
+            log.warning("the chain is not at rest: resuming it from block %s", args[0])
+            app.send_task(BLOCK_TASK, args=args)
     finally:
         state.close()
 

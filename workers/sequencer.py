@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 
@@ -482,6 +483,17 @@ def chain_at_rest(state: StateStore) -> bool:
         return False
     tip, best = state.tip(), state.best_candidate()
     return best is None or (tip is not None and tip.hash == best.hash)
+
+
+def resume_message(state: StateStore) -> list[str] | None:
+    """The arguments of a block message that takes up a chain not at rest (a block half
+    applied or taken off, a rebase noted, or the best chain ahead of the tip): its best block
+    and a fresh message id. None while the chain is at rest. (A worker starting sends it, and
+    the recovery manager when nobody holds the chain's lease: the block task is idempotent.)"""
+    best = state.best_candidate()
+    if best is None or chain_at_rest(state):
+        return None
+    return [best.hash[::-1].hex(), f"resume:{uuid.uuid4().hex[:12]}"]
 
 
 def _no_beat() -> None:

@@ -62,14 +62,20 @@ class RecoveryManager:
     ) -> None:
         self.s, self.state, self.leadership, self.dispatch = settings, state, leadership, dispatch
         self.send, self.requeue, self.restore, self.half_done = send, requeue, restore, half_done
-        self._requeued_at = 0.0
-        self._resumed_at = 0.0
-        self._found_at = -1e9
+        self._last: dict[str, float] = {}  # step → when it last ran (the throttled ones)
         self._scans = 0
 
     @property
     def instance(self) -> str:
         return self.leadership.instance
+
+    def _due(self, step: str, every_s: float) -> bool:
+        """Whether `step` may run now (at most once per `every_s`); if so, it is noted as run."""
+        now = time.monotonic()
+        if step in self._last and now - self._last[step] < every_s:
+            return False
+        self._last[step] = now
+        return True
 
     def scan_once(self) -> dict[str, Any] | None:
         """One scan if this manager leads (None: another does): what it did."""
@@ -80,16 +86,14 @@ class RecoveryManager:
         if self.restore is not None:
             report["messages"] = got = self._step("giving back dead workers' messages", self.restore)
             self._count("message", "given back", got.get("restored", 0))
-        if self.requeue is not None and time.monotonic() - self._requeued_at >= self.s.requeue_interval:
-            self._requeued_at = time.monotonic()
+        if self.requeue is not None and self._due("requeue", self.s.requeue_interval):
             report["requeue"] = got = self._step("re-sending lost messages", self.requeue)
             self._count("message", "re-sent", got.get("resent", 0))
         report["chain"] = got = self._step("looking at the chain", self._chain)
         self._count("block", "chain taken up", int("resumed" in got))
         # a scan of the UTXO store (on Aerospike, of the whole set): once a lease is enough, as a
         # creation is only found once its lock has lapsed anyway
-        if self.half_done is not None and time.monotonic() - self._found_at >= self.s.recovery_lease:
-            self._found_at = time.monotonic()
+        if self.half_done is not None and self._due("creations", self.s.recovery_lease):
             report["creations"] = self._step("finding half-done creations", self._creations)
         holder = f"{self.instance}/{self._scans}:{uuid.uuid4().hex[:8]}"
         claimed = self.state.recovery_claim(
@@ -119,22 +123,21 @@ class RecoveryManager:
             return {"failed": f"{type(e).__name__}: {e}"}
 
     def _chain(self) -> dict[str, Any]:
-        from workers.sequencer import LEASE, chain_at_rest
+        from workers.ingest import BLOCK_TASK
+        from workers.sequencer import LEASE, resume_message
 
-        if chain_at_rest(self.state):
-            return {"at_rest": True}
         holder = self.state.lease_holder(LEASE)
         if holder is not None and not holder_gone(holder):
-            return {"at_rest": False, "applying": holder}
-        best = self.state.best_candidate()
+            return {"applying": holder}
+        args = resume_message(self.state)
+        if args is None:
+            return {"at_rest": True}
         # one message per lease: the worker that takes it holds the chain's lease at once
-        if best is None or self.send is None or time.monotonic() - self._resumed_at < self.s.recovery_lease:
+        if self.send is None or not self._due("resume", self.s.recovery_lease):
             return {"at_rest": False}
-        self._resumed_at = time.monotonic()
-        h = best.hash[::-1].hex()
-        self.send("utxoflow.block.arrived", [h, f"resume:{uuid.uuid4().hex[:12]}"])
-        log.warning("recovery: the chain is not at rest and nobody applies it: sent block %s", h)
-        return {"at_rest": False, "resumed": h}
+        self.send(BLOCK_TASK, args)
+        log.warning("recovery: the chain is not at rest and nobody applies it: sent block %s", args[0])
+        return {"at_rest": False, "resumed": args[0]}
 
     def _creations(self) -> dict[str, Any]:
         assert self.half_done is not None
