@@ -22,6 +22,11 @@ import time
 import redis
 
 
+def is_redis(url: str) -> bool:
+    """Whether a broker URL names a Redis (the only broker with runs and an `unacked` hash)."""
+    return url.split("://", 1)[0].lower() in ("redis", "rediss")
+
+
 class BrokerUnreachable(Exception):
     """The broker did not answer: nothing can be sent now."""
 
@@ -30,7 +35,7 @@ class BrokerRun:
     def __init__(self, url: str, max_age_s: float = 1.0) -> None:
         self.url = url
         self.max_age_s = max_age_s
-        self._is_redis = url.split("://", 1)[0].lower() in ("redis", "rediss")
+        self._is_redis = is_redis(url)
         self._client: redis.Redis | None = None
         self._cached: tuple[float, str] | None = None
         self._lock = threading.Lock()

@@ -23,7 +23,7 @@ from typing import Any
 from stores.lease import holder_id
 from stores.state import StateStore, open_state_store
 from stores.state.recovery import RecoveryEntry
-from workers.broker import BrokerRun
+from workers.broker import BrokerRun, is_redis
 from workers.recovery.leader import leadership
 from workers.recovery.liveness import Heartbeat, client, kombu_restore, restore_dead
 from workers.recovery.manager import Dispatch, RecoveryManager, broker_requeue
@@ -31,10 +31,6 @@ from workers.settings import Settings
 
 log = logging.getLogger("utxoflow.recovery")
 HANDLE_TASK = "utxoflow.recovery.handle"
-
-
-def on_redis(settings: Settings) -> bool:
-    return settings.broker_url.lower().startswith(("redis:", "rediss:"))
 
 
 def instance_name(settings: Settings) -> str:
@@ -61,7 +57,7 @@ def build(settings: Settings, state: StateStore, dispatch: Dispatch, app: Any) -
         app.send_task(task, args=args)
 
     restore = None
-    if on_redis(settings):
+    if is_redis(settings.broker_url):
         redis_client = client(settings.broker_url)
         put_back = kombu_restore(app)
 
@@ -99,7 +95,7 @@ class WorkerThreads:
         self.taken: Callable[[str], None] = lambda _tag: None  # no `unacked` hash: nothing to note
         if manage:
             self._start(_manage, (app, settings, self._stop), "utxoflow-recovery")
-        if on_redis(settings):
+        if is_redis(settings.broker_url):
             beat = Heartbeat(settings.broker_url, node, settings.recovery_lease)
             self._start(beat.run, (self._stop,), "utxoflow-alive")
             self.taken = beat.taken
