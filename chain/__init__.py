@@ -4,6 +4,7 @@ This package imports nothing else of ours; every other package may import it.
 """
 
 from chain.block import (
+    BLK_MAGICS,
     BODY_MISMATCH,
     Block,
     BlockHeader,
@@ -30,6 +31,7 @@ from chain.tx import (
 from chain.utxo import is_data_carrier, spent_hashes, utxo_hash, utxo_hashes
 
 __all__ = [
+    "BLK_MAGICS",
     "BODY_MISMATCH",
     "COINBASE_PREV_TXID",
     "COINBASE_PREV_VOUT",

@@ -189,33 +189,46 @@ def check_block(block: Block) -> str | None:
     return None
 
 
+# Network magics of blk*.dat files (Bitcoin and BSV: main, test, regtest, STN; signet). Files of
+# any magic parse; these only tell a blk file cut inside its first record from a broken raw block.
+BLK_MAGICS = frozenset(
+    bytes.fromhex(m)
+    for m in ("f9beb4d9", "0b110907", "fabfb5da", "0a03cf40", "e3e1f3e8", "f4e5f3f4", "dab5bffa", "fbcec4f9")
+)
+
+
 def iter_blk_records(data: bytes) -> Iterator[tuple[int, bytes]]:
     """Blocks of a Bitcoin Core blk*.dat file: (offset, block bytes). Any network magic.
 
     Each record is magic (4 bytes) ‖ little-endian length (4 bytes) ‖ block. Core pre-allocates
     these files, so zero bytes running to the end of the file end it rather than being an error;
-    zeros followed by anything else are an error, never silently skipped.
+    zeros followed by anything else are an error, never silently skipped. An error names the
+    record (counted from 1) and sits at the record's offset.
     """
     buf = bytes(data)
     pos = 0
     n = len(buf)
     magic: bytes | None = None
+    k = 0
     while pos < n:
         if not any(buf[pos : pos + 8]) and buf.count(0, pos) == n - pos:
             return
+        k += 1
         if pos + 8 > n:
-            raise ParseError(f"truncated blk record header: {n - pos} of 8 bytes", pos)
+            raise ParseError(f"truncated blk record header: record {k} has {n - pos} of its 8 bytes", pos)
         rec_magic = buf[pos : pos + 4]
         if magic is None:
             magic = rec_magic
         elif rec_magic != magic:
-            raise ParseError(f"blk record magic {rec_magic.hex()} differs from {magic.hex()}", pos)
+            raise ParseError(f"blk record {k}: magic {rec_magic.hex()} differs from {magic.hex()}", pos)
         length = int.from_bytes(buf[pos + 4 : pos + 8], "little")
         if length < HEADER_SIZE + 1:
-            raise ParseError(f"blk record of {length} bytes is too short to hold a block", pos)
+            raise ParseError(f"blk record {k} of {length} bytes is too short to hold a block", pos)
         if pos + 8 + length > n:
             raise ParseError(
-                f"blk record of {length} bytes runs past the end of the file ({n - pos - 8} remain)", pos
+                f"blk record {k} is cut: it claims {length:,} bytes and {n - pos - 8:,} remain "
+                "(it runs past the end of the file)",
+                pos,
             )
         yield pos + 8, buf[pos + 8 : pos + 8 + length]
         pos += 8 + length

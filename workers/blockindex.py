@@ -197,12 +197,24 @@ class Blocks:
         return max(known)[1] if known else others[0]
 
 
-def base_height(block: Block) -> int:
-    """The height of a block that starts the chain: 1 after a well-known genesis, else its
-    BIP34 height, else 0."""
+def stated_height(block: Block) -> int | None:
+    """The height a block tells by itself: 1 after a well-known genesis, else its BIP34 height
+    (None: it tells none)."""
     if block.header.prev_hash in GENESIS:
         return 1
-    return bip34_height(block) or 0
+    return bip34_height(block)
+
+
+def base_height(block: Block) -> int:
+    """The height of a block that starts the chain: its stated height, else 0."""
+    return stated_height(block) or 0
+
+
+def below_snapshot(height: int | None, block_hash: bytes, snapshot: tuple[int, bytes]) -> bool:
+    """Whether a block at `height` can never join a chain started from a UTXO snapshot taken at
+    `snapshot` (height H, hash B): it stands at H or below and is not B (the chain holds nothing
+    below B, and the snapshot holds B's outputs). It would wait as an orphan for ever."""
+    return height is not None and height <= snapshot[0] and block_hash != snapshot[1]
 
 
 Lease = Callable[[str, float], AbstractContextManager[bool]]

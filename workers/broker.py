@@ -27,6 +27,41 @@ def is_redis(url: str) -> bool:
     return url.split("://", 1)[0].lower() in ("redis", "rediss")
 
 
+def url_problem(url: str) -> str | None:
+    """Why a broker URL cannot work, found without connecting (None: it may work): empty, not
+    `scheme://…`, a scheme that is no transport of kombu's, a port or (Redis) database that is
+    no number. Celery and kombu would say so only at the first send, deep in a traceback (an
+    unknown scheme is a KeyError). The answer never repeats the URL (it may hold a password):
+    the caller names it, masked."""
+    from urllib.parse import urlsplit
+
+    from kombu.transport import TRANSPORT_ALIASES
+
+    if not url.strip():
+        return "it is empty (e.g. redis://127.0.0.1:6379/0)"
+    urls = [u.strip() for u in url.split(";")]  # kombu's fail-over: URLs separated by ";"
+    for k, one in enumerate(urls):
+        which = f"URL {k + 1} of {len(urls)}: " if len(urls) > 1 else ""
+        scheme, sep, _rest = one.partition("://")
+        if not sep or not scheme:
+            return f"{which}not a URL: scheme://HOST:PORT/… (e.g. redis://127.0.0.1:6379/0)"
+        # kombu takes `transport+url` as the transport (redis+socket://), else the scheme as
+        # urllib reads it (lower-case)
+        transport = scheme.split("+", 1)[0] if "+" in scheme else scheme.lower()
+        if transport not in TRANSPORT_ALIASES:
+            known = ", ".join(sorted({t.lower() for t in TRANSPORT_ALIASES}))
+            return f"{which}unknown scheme {scheme!r} (kombu's transports: {known})"
+        try:
+            parts = urlsplit(one)
+            parts.port  # noqa: B018  (raises ValueError for a port that is none)
+        except ValueError as e:
+            return f"{which}{str(e)[:1].lower()}{str(e)[1:]}"
+        db = parts.path.strip("/")
+        if is_redis(scheme) and db and not db.isdigit():
+            return f"{which}the database (after the host) must be a number, got {db!r}"
+    return None
+
+
 class BrokerUnreachable(Exception):
     """The broker did not answer: nothing can be sent now."""
 

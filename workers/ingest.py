@@ -2,8 +2,10 @@
 store, register the work, then enqueue a message that names it (CONTRACT `utxo enqueue`).
 
 Invariants:
-- Nothing is stored or enqueued from an input that does not parse: a file is read whole and
-  checked before its first block or transaction is submitted.
+- Nothing is stored or enqueued from an input that does not parse, or holds a block invalid on
+  its own (`chain.check_block`): a file is read whole and checked before its first block or
+  transaction is submitted. A refusal (InputError) names the input and the place in it in words:
+  line and column of hex text, record of a blk*.dat file, block number and hash.
 - The blob is written (write-once) before the message is sent, and the message carries only the
   hash: a 1 MB block never travels through Redis. Enqueuing the same block twice is harmless.
 - The message is registered as pending (in the state store) before it is sent, so a message
@@ -12,86 +14,205 @@ Invariants:
 
 from __future__ import annotations
 
+import re
 import string
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
-from chain import Block, ParseError, Tx, hash_to_hex, iter_blk_records, parse_tx
+from chain import BLK_MAGICS, Block, ParseError, Tx, check_block, hash_to_hex, iter_blk_records, parse_tx
 from stores.blob.protocol import blob_key
-from workers.blockindex import keep_block, parse_block_fast
+from workers.blockindex import below_snapshot, keep_block, parse_block_fast, stated_height
 from workers.services import Services, services
 
 BLOCK_TASK = "utxoflow.block.arrived"
 TX_TASK = "utxoflow.tx.arrived"
 TASKS = {"block": BLOCK_TASK, "tx": TX_TASK}  # a pending entry's kind → the task of its message
-_HEX = string.hexdigits.encode() + b" \t\r\n"
+_SPACE = b" \t\r\n"
+_HEX = string.hexdigits.encode() + _SPACE
+_NOT_HEX = re.compile(rb"[^0-9A-Fa-f \t\r\n]")
+# A text input is hex with at most this share of other bytes (typos); binary blocks are mostly
+# other bytes (a byte is a hex digit or white space 26 times in 256).
+TYPO_SHARE = 0.1
+T = TypeVar("T")
 
 
-def _hex_lines(data: bytes) -> list[bytes] | None:
-    """The hex payloads of a text input (one per non-empty line), or None if it is not hex."""
-    if not data or data.translate(None, _HEX):  # (in C: a set of a file's bytes takes seconds)
+class InputError(ValueError):
+    """An input that is not blocks or transactions `utxo enqueue` reads (or blocks that cannot be
+    applied): the message names the input and the place in it, in words (line and column, record,
+    block and hash)."""
+
+
+def _not_empty(data: bytes, name: str) -> None:
+    if not data.strip():
+        raise InputError(f"{name} is empty" + (" (only white space)" if data else ""))
+
+
+def _hex_lines(data: bytes, name: str) -> list[tuple[int, bytes]] | None:
+    """The hex payloads of a text input with their line numbers (one per non-empty line), or
+    None if it holds anything but hex digits and white space."""
+    if data.translate(None, _HEX):  # (in C: a set of a file's bytes takes seconds)
         return None
-    lines = [ln.strip() for ln in data.splitlines() if ln.strip()]
+    out = []
+    for line_no, line in enumerate(data.splitlines(), 1):
+        digits = line.translate(None, _SPACE)
+        if not digits:
+            continue
+        if len(digits) % 2:
+            raise InputError(f"{name}: line {line_no} has an odd number of hex digits ({len(digits):,}): "
+                             "one is missing or one too many")
+        out.append((line_no, bytes.fromhex(digits.decode())))
+    return out
+
+
+def _typo(data: bytes, name: str) -> None:
+    """An input that does not parse as binary but is mostly hex text: a hex text with a typo,
+    refused naming the line and column of its first byte that is no hex digit."""
+    bad = _NOT_HEX.search(data)
+    if bad is None or len(data.translate(None, _HEX)) > TYPO_SHARE * len(data):
+        return
+    pos = bad.start()
+    start = max(data.rfind(b"\n", 0, pos), data.rfind(b"\r", 0, pos)) + 1
+    line_no = len(data[:start].splitlines()) + 1
+    b = data[pos]
+    shown = repr(chr(b)) if 0x20 <= b < 0x7F else f"byte 0x{b:02x}"
+    raise InputError(f"{name}: line {line_no}, column {pos - start + 1}: {shown} is not a hex digit "
+                     "(a text input is read as hex, one item per line)")
+
+
+def _read(
+    data: bytes, name: str, binary: Callable[[], list[T]], lines: Callable[[list[tuple[int, bytes]]], list[T]]
+) -> list[T]:
+    """Hex text, else binary: an empty input, or hex text with a typo, said as such."""
+    _not_empty(data, name)
+    hexed = _hex_lines(data, name)
+    if hexed is not None:
+        return lines(hexed)
     try:
-        return [bytes.fromhex(ln.decode()) for ln in lines]
-    except ValueError as e:
-        raise ParseError(f"bad hex: {e}", 0) from None
+        return binary()
+    except InputError:
+        _typo(data, name)
+        raise
 
 
 @dataclass(frozen=True, slots=True)
 class CheckedBlock:
-    """A block's bytes that parse, with what enqueuing them needs: its hash and size. The parsed
-    transactions are not kept: a file of many blocks is checked whole before the first is sent,
-    and holding every block parsed would take many times the file's size (and its time)."""
+    """A block's bytes that parse, and whose transactions match its header (`chain.check_block`),
+    with what enqueuing them needs: its hash and size, its parent and the height it states, and
+    where it was read (for messages). The parsed transactions are not kept: a file of many blocks
+    is checked whole before the first is sent, and holding every block parsed would take many
+    times the file's size (and its time)."""
 
     hash: bytes
     n_txs: int
     raw: bytes
+    prev: bytes
+    height: int | None  # workers.blockindex.stated_height
+    where: str  # "NAME: block K of N (line L)"
 
     @property
     def hash_hex(self) -> str:
         return hash_to_hex(self.hash)
 
 
-def _checked(raws: list[bytes]) -> list[CheckedBlock]:
+def _checked(raws: list[tuple[str, int, bytes]], name: str) -> list[CheckedBlock]:
+    """Each block of (place in the input, offset of its bytes in the file or -1, bytes), parsed and
+    checked on its own (InputError naming the first that is not a valid block)."""
     out = []
-    for k, raw in enumerate(raws):
+    for k, (place, at, raw) in enumerate(raws):
+        where = f"{name}: block {k + 1} of {len(raws)}" + (f" ({place})" if place else "")
         try:
             block = parse_block_fast(raw)
         except ParseError as e:
-            if len(raws) == 1:
-                raise
-            raise ParseError(f"block {k + 1} of {len(raws)}: {e.what}", e.offset) from None
-        out.append(CheckedBlock(block.hash, len(block.txs), raw))
+            of = f"{at + e.offset:,} of the file" if at >= 0 else f"{e.offset:,} of the block"
+            raise InputError(f"{where}: {e.what} (at byte offset {of})") from None
+        reason = check_block(block)
+        if reason is not None:
+            raise InputError(f"{where}, {block.hash_hex}: {reason}")
+        out.append(CheckedBlock(block.hash, len(block.txs), raw, block.header.prev_hash,
+                                stated_height(block), where))
     return out
+
+
+def _binary_blocks(data: bytes, name: str) -> list[CheckedBlock]:
+    """One binary block, else a blk*.dat file (a cut blk file named by its cut record)."""
+    try:
+        return _checked([("", 0, data)], name)
+    except InputError as as_block:
+        try:
+            recs = list(iter_blk_records(data))
+        except ParseError as e:
+            if e.offset > 0 or data[:4] in BLK_MAGICS:  # a blk file: a record came first, or its magic
+                raise InputError(f"{name}: {e}") from None
+            raise as_block from None  # neither: the block's own error says more
+        return _checked([(f"blk record at byte offset {off - 8:,}", off, raw) for off, raw in recs], name)
 
 
 def read_blocks(data: bytes, name: str = "input") -> list[CheckedBlock]:
     """The blocks of a binary block, hex (one block per line), or a blk*.dat file of any network
-    magic, each checked to parse."""
-    try:
-        hexed = _hex_lines(data)
-        if hexed is not None:
-            return _checked(hexed)
-        try:
-            return _checked([data])
-        except ParseError as as_block:
-            try:
-                recs = [raw for _off, raw in iter_blk_records(data)]
-            except ParseError:
-                raise as_block from None  # neither: the block's own error says more
-            return _checked(recs)
-    except ParseError as e:
-        raise ParseError(f"{name}: {e.what}", e.offset) from None
+    magic, each checked to parse and to be valid on its own (InputError says where not)."""
+    return _read(data, name, lambda: _binary_blocks(data, name),
+                 lambda lines: _checked([(f"line {ln}", -1, raw) for ln, raw in lines], name))
+
+
+def below_snapshot_block(
+    blocks: list[CheckedBlock], snapshot: tuple[int, bytes]
+) -> tuple[CheckedBlock, int] | None:
+    """The first of `blocks` that cannot join the chain continuing a UTXO snapshot taken at
+    `snapshot` (height, hash), with its height: a block's height is the one it states, else
+    its parent's (among `blocks`, or the snapshot's block) plus one."""
+    by_hash = {b.hash: b for b in blocks}
+    heights: dict[bytes, int | None] = {snapshot[1]: snapshot[0]}
+
+    def height(b: CheckedBlock) -> int | None:
+        path: list[bytes] = []  # blocks whose height follows their parent's, child first
+        h, on_path = b.hash, set()
+        while h not in heights:
+            x = by_hash.get(h)
+            if x is None or h in on_path:  # a parent outside the input: no height follows
+                break
+            if x.height is not None:
+                heights[h] = x.height
+                break
+            path.append(h)
+            on_path.add(h)
+            h = x.prev
+        known = heights.get(h)
+        for y in reversed(path):
+            known = None if known is None else known + 1
+            heights[y] = known
+        return known
+
+    for b in blocks:
+        h = height(b)
+        if below_snapshot(h, b.hash, snapshot):
+            assert h is not None
+            return b, h
+    return None
 
 
 def read_txs(data: bytes, name: str = "input") -> list[Tx]:
-    """Transactions from binary bytes (one transaction) or hex, one per line."""
-    try:
-        hexed = _hex_lines(data)
-        return [parse_tx(t) for t in hexed] if hexed is not None else [parse_tx(data)]
-    except ParseError as e:
-        raise ParseError(f"{name}: {e.what}", e.offset) from None
+    """Transactions from binary bytes (one transaction) or hex, one per line (InputError says
+    where not)."""
+
+    def binary() -> list[Tx]:
+        try:
+            return [parse_tx(data)]
+        except ParseError as e:
+            raise InputError(f"{name}: {e}") from None
+
+    def lines(hexed: list[tuple[int, bytes]]) -> list[Tx]:
+        out = []
+        for k, (line_no, raw) in enumerate(hexed):
+            try:
+                out.append(parse_tx(raw))
+            except ParseError as e:
+                raise InputError(f"{name}: tx {k + 1} of {len(hexed)} (line {line_no}): {e.what} "
+                                 f"(at byte offset {e.offset:,} of the tx)") from None
+        return out
+
+    return _read(data, name, binary, lines)
 
 
 def publish(task: str, arg: str, ident: str) -> None:

@@ -66,13 +66,17 @@ class Registry:
         poll: float = 0.05,
         settled: Callable[[str], bool] | None = None,
         settle_every: float = 1.0,
+        progress: Callable[[list[str]], None] | None = None,
     ) -> bool:
         """True once none of the ids pending now is pending any more; False on timeout. An id
         that `settled` says is done anyway (a block another worker applied while the message's
         own worker died) is taken off the registry: asked at once, then every `settle_every`
         seconds (it reads the chain's state per id), while the registry itself is read every
-        `poll` seconds (one indexed read: a wait returns soon after the work is done)."""
+        `poll` seconds (one indexed read: a wait returns soon after the work is done).
+        `progress` is told the ids still waited for at every read (first: all of them)."""
         now = self.state.pending()
+        if progress is not None:
+            progress([e.ident for e in now])
         if not now:
             return True
         upto = now[-1].seq  # ids registered later (or removed and added again) are not waited for
@@ -85,6 +89,8 @@ class Registry:
                     self.done(w)
                     waiting.remove(w)
                 settle_at = time.monotonic() + settle_every
+            if progress is not None:
+                progress(waiting)
             if not waiting:
                 return True
             if time.monotonic() >= deadline:

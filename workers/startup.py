@@ -2,9 +2,9 @@
 can be opened (and closed again: the pool's children open their own after the fork).
 
 Invariants:
-- A store URL that cannot work (an unknown scheme, options the store refuses) stops the worker
-  before it takes anything off a queue: taking messages it can only fail would starve the
-  workers that can apply them.
+- A store URL that cannot work (an unknown scheme, options the store refuses), or a broker URL
+  that cannot, stops the worker before it takes anything off a queue: taking messages it can
+  only fail would starve the workers that can apply them.
 - A store that cannot be reached yet (a server starting, a database not created yet) is waited
   for, with a line in the log every few seconds and nothing consumed, for `UTXO_STORE_WAIT`
   seconds; then the worker refuses to start too. The error names the setting. (A refused
@@ -35,7 +35,14 @@ class CannotStart(ValueError):
 
 def check_stores(s: Settings) -> None:
     """Open and close each store of `s` (the blob store first: the UTXO store opens it too),
-    waiting up to `s.store_wait` seconds for one that cannot be reached yet."""
+    waiting up to `s.store_wait` seconds for one that cannot be reached yet; before them, the
+    broker URL must be one that can work (workers.broker.url_problem: Celery would fail on it
+    only once started, with a traceback)."""
+    from workers.broker import url_problem
+
+    problem = url_problem(s.broker_url)
+    if problem is not None:
+        raise CannotStart(f"UTXO_BROKER_URL ({mask_url(s.broker_url)}): {problem}")
     openers: list[tuple[str, str, Callable[[], Any]]] = [
         ("UTXO_BLOB_URL", s.blob_url, lambda: open_blob_store(s.blob_url)),
         ("UTXO_STATE_URL", s.state_url, lambda: open_state_store(s.state_url)),

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from chain import ParseError, parse_block
+from chain import parse_block
 from stores.blob import open_blob_store
 from stores.blob.protocol import blob_key
 from tests.pipeline.chains import Chain, assemble
-from workers.blockindex import keep_block
-from workers.ingest import CheckedBlock, read_blocks
+from workers.blockindex import keep_block, stated_height
+from workers.ingest import CheckedBlock, InputError, read_blocks
 
 
 def test_read_blocks_keeps_hash_size_and_bytes_only() -> None:
@@ -21,13 +21,18 @@ def test_read_blocks_keeps_hash_size_and_bytes_only() -> None:
         c.add()
     text = b"".join(raw.hex().encode() + b"\n" for raw in c.blocks)
     got = read_blocks(text, "chain.hex")
-    assert got == [CheckedBlock(parse_block(r).hash, len(parse_block(r).txs), r) for r in c.blocks]
+    assert got == [
+        CheckedBlock(b.hash, len(b.txs), r, b.header.prev_hash, stated_height(b),
+                     f"chain.hex: block {k} of 3 (line {k})")
+        for k, (r, b) in enumerate(((r, parse_block(r)) for r in c.blocks), 1)
+    ]
     assert got[0].hash_hex == parse_block(c.blocks[0]).hash_hex
-    assert read_blocks(c.blocks[1]) == [got[1]]  # one binary block
+    one = read_blocks(c.blocks[1])  # one binary block
+    assert [(b.hash, b.raw, b.where) for b in one] == [(got[1].hash, got[1].raw, "input: block 1 of 1")]
     broken = text[:-41] + b"\n"  # the last block cut short: the file is refused whole
-    with pytest.raises(ParseError, match=r"chain\.hex: block 3 of 3: transaction 0 of 1: truncated"):
+    with pytest.raises(InputError, match=r"chain\.hex: block 3 of 3 \(line 3\): transaction 0 of 1: trunc"):
         read_blocks(broken, "chain.hex")
-    with pytest.raises(ParseError, match=r"chain\.hex: bad hex"):  # an odd number of digits
+    with pytest.raises(InputError, match=r"chain\.hex: line 3 has an odd number of hex digits"):
         read_blocks(text[:-42] + b"\n", "chain.hex")
 
 
@@ -44,7 +49,10 @@ def test_a_blk_file_is_read_and_a_bad_block_in_it_named() -> None:
     assert [b.hash for b in got] == [parse_block(r).hash for r in c.blocks]
     assert [b.raw for b in got] == c.blocks
     bad = c.blocks[1] + b"\x00"  # length says one byte more than the block: trailing bytes
-    with pytest.raises(ParseError, match=r"blk00000\.dat: block 2 of 3: 1 trailing bytes"):
+    at = 8 + len(c.blocks[0])
+    with pytest.raises(InputError, match=rf"blk00000\.dat: block 2 of 3 \(blk record at byte offset {at}\): "
+                       rf"1 trailing bytes after the last transaction \(at byte offset "
+                       rf"{at + 8 + len(c.blocks[1]):,} of the file\)"):
         read_blocks(blk([c.blocks[0], bad, c.blocks[2]]), "blk00000.dat")
 
 

@@ -280,15 +280,6 @@ def test_pages_written_by_several_workers_at_once(store_url: str, tmp_path: Any)
     store.close()
 
 
-def test_the_batch_size_is_fixed_when_the_store_is_created(store_url: str, tmp_path: Any) -> None:
-    open_utxo_store(store_url, batch_size=PAGE).close()
-    from stores.utxo import StorageError
-
-    with pytest.raises(StorageError, match="UTXO_BATCH_SIZE=4"):
-        open_utxo_store(store_url, batch_size=PAGE + 1)
-
-
-
 def test_a_snapshot_record_spans_only_the_pages_it_needs(store_url: str, tmp_path: Any) -> None:
     from stores.utxo import Utxo
     from stores.utxo.kernel.create import page_count

@@ -8,6 +8,7 @@ stderr (`utxo: error: …`) naming what is wrong. An unexpected exception (a bug
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from dataclasses import dataclass, field
@@ -52,6 +53,18 @@ class Context:
             for name in unknown_variables():
                 log(f"warning: {name} is not a setting (ignored)")
         return self._settings
+
+    def broker_url(self, then: str = "") -> str:
+        """UTXO_BROKER_URL, refused (BadInput naming it, then `then`) when it cannot work at all
+        (workers.broker.url_problem): checked before anything is started, opened or sent."""
+        from stores.sqldb import mask_url
+        from workers.broker import url_problem
+
+        url = self.settings.broker_url
+        problem = url_problem(url)
+        if problem is not None:
+            raise BadInput(f"UTXO_BROKER_URL ({mask_url(url)}): {problem}{then}")
+        return url
 
     def open_store(self, url: str | None = None, *, create: bool = True) -> UtxoStore:
         """The UTXO store of the settings; readers pass create=False, so that a mistyped URL is
@@ -122,9 +135,29 @@ def _fail(kind: str, message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+class StoreWarnings(logging.Handler):
+    """The stores' warnings (logger `utxoflow.store`: a store created with another
+    UTXO_BATCH_SIZE, say) as one `utxo: warning: …` line each on stderr — while nothing else has
+    set up logging: a worker's log is Celery's, and they go there."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not logging.getLogger().handlers:
+            log(f"warning: {_one_line(record.getMessage())}")
+
+
+def _store_warnings() -> None:
+    store_log = logging.getLogger("utxoflow.store")
+    if not any(isinstance(h, StoreWarnings) for h in store_log.handlers):
+        store_log.addHandler(StoreWarnings())
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `utxo` console script."""
     args = sys.argv[1:] if argv is None else argv
+    _store_warnings()
     debug = "--debug" in args[: args.index("--")] if "--" in args else "--debug" in args
     try:
         rv = cli.main(args=args, prog_name="utxo", standalone_mode=False)

@@ -66,7 +66,7 @@ class Demo:
 
     # -- processes -----------------------------------------------------------------------------
     def start_broker(self) -> None:
-        url = self.obj.settings.broker_url
+        url = self.obj.broker_url()  # one that cannot work at all is refused, not passed over
         if answers(url):
             try:
                 self.broker = claim_database(url)

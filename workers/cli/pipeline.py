@@ -1,23 +1,19 @@
-"""`utxo worker`, `enqueue`, `wait`, `tip`, `block`: running and feeding the pipeline."""
+"""`utxo worker`, `beat`, `wait`, `tip`, `block`, `flower`: running and watching the pipeline
+(`utxo enqueue`, feeding it, is `workers/cli/enqueue.py`)."""
 
 from __future__ import annotations
 
 import os
 import socket
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from chain import ParseError, hex_to_hash
-from stores.sqldb import mask_url
 from stores.state import open_state_store
 from workers.cli.app import BadInput, Context, NotFound, cli, emit
-from workers.cli.progress import Reporter
-
-T = TypeVar("T")
+from workers.cli.progress import Reporter, WaitProgress
 
 
 def _export(obj: Context) -> None:
@@ -77,116 +73,25 @@ def beat_cmd(obj: Context, loglevel: str) -> None:
     schedule is celeryconfig.py's, held in memory: no schedule file). One is enough; a second
     only doubles scans, which are safe to run at once."""
     _export(obj)
-    obj.settings  # noqa: B018  (validate the settings before starting anything)
+    obj.broker_url()  # (and the settings) checked before starting anything
     from workers.app import app
 
     app.start(["beat", "-l", loglevel])
-
-
-def _read(path: str) -> tuple[str, bytes]:
-    if path == "-":
-        return "stdin", sys.stdin.buffer.read()
-    with open(path, "rb") as f:
-        return path, f.read()
-
-
-def _parse_all(files: tuple[str, ...], parse: Callable[[bytes, str], list[T]]) -> list[T]:
-    """Every item of every file, all checked before anything is enqueued (bad bytes: nothing)."""
-    items: list[T] = []
-    for f in files:
-        name, data = _read(f)
-        items += parse(data, name)
-    return items
-
-
-@cli.group("enqueue")
-def enqueue_group() -> None:
-    """Enqueue raw blocks or transactions (parsed first: bad bytes enqueue nothing)."""
-
-
-@enqueue_group.command("block")
-@click.argument("files", nargs=-1, required=True, metavar="FILE…")
-@click.pass_obj
-def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
-    """Binary or hex blocks, or Bitcoin Core blk*.dat files (any network magic); - is stdin."""
-    from workers.ingest import read_blocks, submit_block
-    from workers.services import services
-
-    _export(obj)
-    blocks = _parse_all(files, read_blocks)
-    svc = services()
-    _check_broker(obj)
-    with Reporter() as rep, rep.step("enqueue blocks", len(blocks), "blocks") as advance:
-        for k, block in enumerate(blocks):
-            with _broker_errors(obj, k, len(blocks), "blocks"):
-                submit_block(block.raw, svc, block)
-            emit({"enqueued": "block", "hash": block.hash_hex, "txs": block.n_txs})
-            advance(1)
-
-
-@enqueue_group.command("tx")
-@click.argument("files", nargs=-1, required=True, metavar="FILE…")
-@click.pass_obj
-def enqueue_tx(obj: Context, files: tuple[str, ...]) -> None:
-    """A binary transaction per file, or hex transactions one per line (standard or BIP-239)."""
-    from workers.ingest import read_txs, submit_tx
-    from workers.services import services
-
-    _export(obj)
-    txs = _parse_all(files, read_txs)
-    svc = services()
-    _check_broker(obj)
-    with Reporter() as rep, rep.step("enqueue txs", len(txs), "txs") as advance:
-        for k, tx in enumerate(txs):
-            with _broker_errors(obj, k, len(txs), "transactions"):
-                submit_tx(tx.serialize(extended=True) if tx.is_extended else tx.raw, svc)
-            emit({"enqueued": "tx", "txid": tx.txid_hex})
-            advance(1)
-
-
-def _check_broker(obj: Context) -> None:
-    """Before anything is registered or sent: the broker answers (a Redis that is down, or a
-    database number it does not have, is refused here rather than after the first send)."""
-    from workers.broker import BrokerRun, BrokerUnreachable
-    from workers.startup import first_line
-
-    try:
-        BrokerRun(obj.settings.broker_url).current(fresh=True)
-    except BrokerUnreachable as e:
-        raise BadInput(f"UTXO_BROKER_URL ({mask_url(obj.settings.broker_url)}): {first_line(e)}; "
-                       "nothing was enqueued") from e
-
-
-@contextmanager
-def _broker_errors(obj: Context, sent: int, total: int, what: str) -> Iterator[None]:
-    """A send that fails (the broker went away mid-file): say how far the input got. Each item
-    is registered as pending before its send, so the one that failed is sent again by the
-    workers' re-sending scan; enqueueing the same input again sends the rest (a second copy of
-    what went in does no harm: every task is idempotent)."""
-    from kombu.exceptions import OperationalError
-    from redis import RedisError
-
-    from workers.startup import first_line
-
-    try:
-        yield
-    except (OperationalError, RedisError, ConnectionError) as e:
-        raise BadInput(f"UTXO_BROKER_URL ({mask_url(obj.settings.broker_url)}) failed after {sent} "
-                       f"of {total} {what} were enqueued (the lines above): {first_line(e)}; "
-                       "enqueue the same input again to send the rest") from e
 
 
 @cli.command("wait")
 @click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, help="Seconds.")
 @click.pass_obj
 def wait_cmd(obj: Context, timeout: float) -> int:
-    """Return once everything enqueued so far has been processed (0), or on timeout (1)."""
+    """Return once everything enqueued so far has been processed (0), or on timeout (1). Progress
+    goes to stderr: blocks and transactions done and pending, rate, time left."""
     from workers.registry import Registry, block_settled
 
     state = open_state_store(obj.settings.state_url)
     reg = Registry(state)  # in the state store: it outlives a restart of the broker
     try:
-        done = reg.wait(timeout, settled=block_settled(state))
+        with Reporter() as rep, WaitProgress(rep) as progress:
+            done = reg.wait(timeout, settled=block_settled(state), progress=progress)
         left = len(reg.pending())
     finally:
         state.close()
@@ -242,6 +147,7 @@ def flower_cmd(obj: Context, port: int, address: str | None) -> None:
     """Flower on this app. Its pages and API ask for the credentials of UTXO_FLOWER_BASIC_AUTH;
     without them it listens on loopback only (a non-loopback address is refused)."""
     _export(obj)
+    obj.broker_url()  # checked before Flower starts
     s = obj.settings
     addr = address or s.flower_address
     auth = s.flower_basic_auth

@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from stores.errors import StorageError
-from stores.utxo import validate
+from stores.utxo import pagesize, validate
 from stores.utxo.aerospike import codec
 from stores.utxo.aerospike.client import BATCH as BATCH  # (re-exported: the batch size callers chunk by)
 from stores.utxo.aerospike.client import Connection, Key, chunked
@@ -197,7 +197,7 @@ class AerospikeBase:
 
     def _check_schema(self, may_create: bool) -> None:
         """Stamp a new store with SCHEMA_VERSION and its batch size; refuse one of another
-        version or batch size (it decides which record holds which output)."""
+        version; use the batch size it was created with (`stores.utxo.pagesize`)."""
         meta = self._meta()
         if not meta:
             if not may_create:
@@ -209,9 +209,7 @@ class AerospikeBase:
                 f"{self.url_safe} holds a UTXO store of schema {meta.get('schema') or 'unversioned'!r}; this "
                 f"version needs {SCHEMA_VERSION!r} (point UTXO_STORE_URL at a new set)"
             )
-        if int(meta.get("batchSize", self.batch_size)) != self.batch_size:
-            raise StorageError(
-                f"{self.url_safe} was created with UTXO_BATCH_SIZE={meta['batchSize']}; it cannot be opened "
-                f"with {self.batch_size} (outputs would be looked up in the wrong records)"
-            )
+        self.batch_size = pagesize.adopt(self.url_safe, int(meta.get("batchSize", self.batch_size)),
+                                         self.batch_size)
+        self.rules.batch_size = self.batch_size
         self.block_height = int(meta.get("height", 0))

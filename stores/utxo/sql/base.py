@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from chain import hash_to_hex
 from stores.sqldb import Database
-from stores.utxo import validate
+from stores.utxo import pagesize, validate
 from stores.utxo.errors import StorageError, TxNotFound, UtxoError
 from stores.utxo.external import ExternalTxs
 from stores.utxo.kernel.record import Record
@@ -169,8 +169,7 @@ class SqlBase:
 
     def _check_schema(self, cur: Any, existed: bool) -> None:
         """Stamp a new store with SCHEMA_VERSION and its batch size; refuse one written by an
-        incompatible version, or opened with another batch size (it decides which record
-        holds which output)."""
+        incompatible version; use the batch size it was created with (`stores.utxo.pagesize`)."""
         found = self._meta(cur, "schema")
         if found is None and not existed:
             self._set_meta(cur, "schema", SCHEMA_VERSION)
@@ -182,8 +181,5 @@ class SqlBase:
         size = self._meta(cur, "batch_size")
         if size is None:
             self._set_meta(cur, "batch_size", str(self.batch_size))
-        elif int(size) != self.batch_size:
-            raise StorageError(
-                f"{self.url_safe} was created with UTXO_BATCH_SIZE={size}; it cannot be opened with "
-                f"{self.batch_size} (outputs would be looked up in the wrong records)"
-            )
+        else:
+            self.batch_size = pagesize.adopt(self.url_safe, int(size), self.batch_size)

@@ -1,0 +1,141 @@
+"""`utxo enqueue block|tx FILE…`: feeding the pipeline. Every file is read and checked whole
+before anything is sent (CONTRACT: bad bytes enqueue nothing), then what the store and the broker
+can tell up front: blocks that could never join a chain continuing a UTXO snapshot, a broker URL
+that cannot work, a broker that does not answer — each refused (exit 2) with nothing enqueued."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, TypeVar
+
+import click
+
+from chain import hash_to_hex
+from stores.sqldb import mask_url
+from workers.cli.app import BadInput, Context, cli, emit
+from workers.cli.pipeline import _export
+from workers.cli.progress import Reporter
+
+if TYPE_CHECKING:
+    from workers.ingest import CheckedBlock
+
+T = TypeVar("T")
+
+
+def _read(path: str) -> tuple[str, bytes]:
+    if path == "-":
+        return "stdin", sys.stdin.buffer.read()
+    with open(path, "rb") as f:
+        return path, f.read()
+
+
+def _parse_all(files: tuple[str, ...], parse: Callable[[bytes, str], list[T]]) -> list[T]:
+    """Every item of every file, all checked before anything is enqueued (bad bytes: nothing)."""
+    from workers.ingest import InputError
+
+    items: list[T] = []
+    for f in files:
+        name, data = _read(f)
+        try:
+            items += parse(data, name)
+        except InputError as e:
+            raise BadInput(f"{e}; nothing was enqueued") from None
+    return items
+
+
+@cli.group("enqueue")
+def enqueue_group() -> None:
+    """Enqueue raw blocks or transactions (parsed first: bad bytes enqueue nothing)."""
+
+
+@enqueue_group.command("block")
+@click.argument("files", nargs=-1, required=True, metavar="FILE…")
+@click.pass_obj
+def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
+    """Binary or hex blocks, or Bitcoin Core blk*.dat files (any network magic); - is stdin."""
+    from workers.ingest import read_blocks, submit_block
+    from workers.services import services
+
+    _export(obj)
+    blocks = _parse_all(files, read_blocks)
+    obj.broker_url("; nothing was enqueued")
+    svc = services()
+    _check_joins(svc.utxo.snapshot_block(), blocks)
+    _check_broker(obj)
+    with Reporter() as rep, rep.step("enqueue blocks", len(blocks), "blocks") as advance:
+        for k, block in enumerate(blocks):
+            with _broker_errors(obj, k, len(blocks), "blocks"):
+                submit_block(block.raw, svc, block)
+            emit({"enqueued": "block", "hash": block.hash_hex, "txs": block.n_txs})
+            advance(1)
+
+
+@enqueue_group.command("tx")
+@click.argument("files", nargs=-1, required=True, metavar="FILE…")
+@click.pass_obj
+def enqueue_tx(obj: Context, files: tuple[str, ...]) -> None:
+    """A binary transaction per file, or hex transactions one per line (standard or BIP-239)."""
+    from workers.ingest import read_txs, submit_tx
+    from workers.services import services
+
+    _export(obj)
+    txs = _parse_all(files, read_txs)
+    obj.broker_url("; nothing was enqueued")
+    svc = services()
+    _check_broker(obj)
+    with Reporter() as rep, rep.step("enqueue txs", len(txs), "txs") as advance:
+        for k, tx in enumerate(txs):
+            with _broker_errors(obj, k, len(txs), "transactions"):
+                submit_tx(tx.serialize(extended=True) if tx.is_extended else tx.raw, svc)
+            emit({"enqueued": "tx", "txid": tx.txid_hex})
+            advance(1)
+
+
+def _check_joins(snapshot: tuple[int, bytes] | None, blocks: list[CheckedBlock]) -> None:
+    """On a store seeded with a UTXO snapshot: no block that can never join the chain continuing
+    it (one at or below the snapshot's height) — it would wait as an orphan for ever."""
+    from workers.ingest import below_snapshot_block
+
+    found = None if snapshot is None else below_snapshot_block(blocks, snapshot)
+    if found is not None:
+        assert snapshot is not None
+        b, h = found
+        raise BadInput(
+            f"{b.where}, {b.hash_hex}, is at height {h:,}: at or below the UTXO snapshot the store was "
+            f"seeded with (block {hash_to_hex(snapshot[1])} at height {snapshot[0]:,}), so it can never "
+            f"join the chain, which continues from there; nothing was enqueued"
+        )
+
+
+def _check_broker(obj: Context) -> None:
+    """Before anything is registered or sent: the broker answers (a Redis that is down, or a
+    database number it does not have, is refused here rather than after the first send)."""
+    from workers.broker import BrokerRun, BrokerUnreachable
+    from workers.startup import first_line
+
+    try:
+        BrokerRun(obj.settings.broker_url).current(fresh=True)
+    except BrokerUnreachable as e:
+        raise BadInput(f"UTXO_BROKER_URL ({mask_url(obj.settings.broker_url)}): {first_line(e)}; "
+                       "nothing was enqueued") from e
+
+
+@contextmanager
+def _broker_errors(obj: Context, sent: int, total: int, what: str) -> Iterator[None]:
+    """A send that fails (the broker went away mid-file): say how far the input got. Each item
+    is registered as pending before its send, so the one that failed is sent again by the
+    workers' re-sending scan; enqueueing the same input again sends the rest (a second copy of
+    what went in does no harm: every task is idempotent)."""
+    from kombu.exceptions import OperationalError
+    from redis import RedisError
+
+    from workers.startup import first_line
+
+    try:
+        yield
+    except (OperationalError, RedisError, ConnectionError) as e:
+        raise BadInput(f"UTXO_BROKER_URL ({mask_url(obj.settings.broker_url)}) failed after {sent} "
+                       f"of {total} {what} were enqueued (the lines above): {first_line(e)}; "
+                       "enqueue the same input again to send the rest") from e
