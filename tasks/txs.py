@@ -12,6 +12,7 @@ from stores.blob.protocol import blob_key
 from stores.errors import StorageError
 from workers.app import app
 from workers.mempool import apply_tx, waiting_for_parents
+from workers.ops import activity, metrics
 from workers.services import services
 
 log = logging.getLogger("utxoflow.tasks")
@@ -29,12 +30,17 @@ def tx_arrived(self: Task, txid: str, ident: str) -> dict[str, Any]:
         refused = apply_tx(svc.utxo, tx)
         if refused is not None:
             if waiting_for_parents(refused) and self.request.retries < PARENT_RETRIES:
+                metrics.MEMPOOL_TXS.labels("waiting").inc()
                 raise self.retry(countdown=min(0.5 * 2 ** self.request.retries, 30))
             log.warning("tx %s rejected: %s", txid, refused)
             svc.registry.done(ident)
+            metrics.MEMPOOL_TXS.labels("rejected").inc()
             return {"txid": txid, "status": "rejected", "reason": str(refused)}
     except StorageError as e:
         log.warning("tx %s: %s (will retry)", txid, e)
         raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
     svc.registry.done(ident, accepted=True)
+    metrics.MEMPOOL_TXS.labels("accepted").inc()
+    metrics.TXS_APPLIED.labels("mempool").inc()
+    activity.note("mempool_txs")
     return {"txid": txid, "status": "accepted"}

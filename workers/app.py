@@ -7,7 +7,16 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_received, worker_ready, worker_shutdown
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    task_failure,
+    task_received,
+    task_retry,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 
 from workers import kombu_fix
 
@@ -79,6 +88,57 @@ def note_taken(request: Any = None, **_: Any) -> None:
 def stop_recovery(**_: Any) -> None:
     if _threads is not None:
         _threads.stop()
+
+
+@worker_ready.connect
+def serve_metrics(**_: Any) -> None:
+    """A worker with UTXO_METRICS_PORT serves its processes' metrics (workers/ops/metrics.py)."""
+    from workers.ops import multiproc
+    from workers.settings import load_settings
+
+    s = load_settings()
+    if s.metrics_port:
+        try:
+            multiproc.serve(s.metrics_port, s.metrics_address)
+        except OSError as e:  # (the port is taken): the worker works on, unwatched, and says so
+            log.error("cannot serve metrics on %s:%d: %s", s.metrics_address, s.metrics_port, e)
+
+
+@task_retry.connect
+def count_retry(reason: Any = None, **_: Any) -> None:
+    from workers.ops import metrics
+
+    # (Task.retry raises its Retry inside the task's `except`: the store's error is its context)
+    if isinstance(reason, BaseException):
+        metrics.store_error(getattr(reason, "exc", None) or reason.__cause__ or reason.__context__ or reason)
+
+
+@task_failure.connect
+def count_failure(exception: Any = None, **_: Any) -> None:
+    from workers.ops import metrics
+
+    if isinstance(exception, BaseException):
+        metrics.store_error(exception)
+
+
+@worker_process_shutdown.connect
+def process_ends(pid: Any = None, **_: Any) -> None:
+    """A pool child ends: what it counted is handed on (activity), its live gauges dropped."""
+    from workers.ops import activity, multiproc
+
+    activity.flush()
+    multiproc.process_ended(int(pid or os.getpid()))
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def json_logs(logger: Any = None, **_: Any) -> None:
+    from workers.settings import load_settings
+
+    if logger is not None and load_settings().log_json:
+        from workers.ops.logs import use_json
+
+        use_json(logger)
 
 
 def _send_scan(expires: float) -> None:

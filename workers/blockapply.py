@@ -52,6 +52,7 @@ from stores.utxo import (
 )
 from workers.conflicts import BLOCK_SPEND, Conflicts, chunks
 from workers.fanout import Fanout, LocalFanout, Result
+from workers.ops import metrics
 
 log = logging.getLogger("utxoflow.blocks")
 MAX_UNITS = 64  # units per phase at most: enough for as many workers, few enough to stay cheap
@@ -98,7 +99,8 @@ class BlockApplier(Conflicts):
     def plan(self, block: Block) -> dict[str, Any]:
         """The undo record: which of the block's transactions are new to the store."""
         txids = [t.txid for t in block.txs]
-        known = self.utxo.standing([*txids, *outside_parents(block)])
+        with metrics.phase("plan"):
+            known = self.utxo.standing([*txids, *outside_parents(block)])
         self._planned = (block, known)
         return {"created": [t.hex() for t in txids if t not in known]}
 
@@ -118,14 +120,19 @@ class BlockApplier(Conflicts):
         ctx = {"height": height, "block_id": block_id}
         with self._noting(undo, save):
             try:
-                conflicting = self.check_known(block, created)
-                made = self.create_phase(block, created, ctx)
-                self.reclaim(block, conflicting)
-                skipped = self.spend_phase(block, created, ctx)
+                with metrics.phase("check"):
+                    conflicting = self.check_known(block, created)
+                with metrics.phase("create"):
+                    made = self.create_phase(block, created, ctx)
+                with metrics.phase("reclaim"):
+                    self.reclaim(block, conflicting)
+                with metrics.phase("spend"):
+                    skipped = self.spend_phase(block, created, ctx)
             except BlockRefused:
                 self.rollback(block, undo)
                 raise
-        self.mine_phase(block, ctx, made)
+        with metrics.phase("mine"):
+            self.mine_phase(block, ctx, made)
         if height > 0:  # a base block without BIP34 is height 0, which no store height may be
             self.utxo.set_block_height(height)
         return {"txs": len(block.txs), "created": len(created), "missing_inputs": skipped}

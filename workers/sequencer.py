@@ -66,6 +66,7 @@ from workers.blockindex import (
     base_height,
 )
 from workers.fanout import Fanout, LocalFanout, settle_block
+from workers.ops import activity, metrics
 
 log = logging.getLogger("utxoflow.sequencer")
 
@@ -365,7 +366,15 @@ class Sequencer:
         for a in done:
             self._settled.add(a.entry.hash)
             log.info("applied block %s at height %d: %s in %.2f s",
-                     a.entry.hash[::-1].hex(), a.entry.height, a.counts, a.seconds)
+                     a.entry.hash[::-1].hex(), a.entry.height, a.counts, a.seconds,
+                     extra={"block": a.entry.hash[::-1].hex(), "height": a.entry.height,
+                            "phase": "applied", "duration_s": round(a.seconds, 4), "txs": a.txs})
+            metrics.BLOCK_SECONDS.observe(a.seconds)
+        txs = sum(a.txs for a in done)
+        metrics.BLOCKS_APPLIED.inc(len(done))
+        metrics.TXS_APPLIED.labels("block").inc(txs)
+        activity.note("blocks", len(done))
+        activity.note("block_txs", txs)
         if self.on_applied is not None:
             self.on_applied(last.height)
 
@@ -390,7 +399,8 @@ class Sequencer:
         self.state.commit(meta={DISCONNECTING: e.hash.hex()})  # from here on it is finished
         self.applier.disconnect(block, e.height, e.block_id)
         self._off_chain(e, meta={DISCONNECTING: None})
-        log.info("disconnected block %s at height %d", block.hash_hex, e.height)
+        log.info("disconnected block %s at height %d", block.hash_hex, e.height,
+                 extra={"block": block.hash_hex, "height": e.height, "phase": "disconnected"})
 
     def _take_back(self, e: BlockEntry) -> None:
         """Take an applied block back whole, by its undo record (its new records deleted, its
@@ -414,10 +424,12 @@ class Sequencer:
             undo={e.hash: None},
             meta=meta or {},
         )
+        metrics.BLOCKS_DISCONNECTED.inc()
 
     def _invalidate(self, e: BlockEntry, reason: str) -> None:
         """Refuse a block: it and every descendant are invalid (one commit), nothing of it stays."""
-        log.warning("block %s is invalid: %s", e.hash[::-1].hex(), reason)
+        log.warning("block %s is invalid: %s", e.hash[::-1].hex(), reason,
+                    extra={"block": e.hash[::-1].hex(), "height": e.height, "phase": "refused"})
         bad = BlockEntry(
             e.hash, e.parent, e.height, e.work, BlockStatus.INVALID, reason, e.block_id, e.seq, e.n_txs
         )
@@ -427,6 +439,7 @@ class Sequencer:
         ]
         self.state.commit(blocks=changes, undo={e.hash: None}, meta={APPLYING: None})
         self._settled.update(c.hash for c in changes)
+        metrics.BLOCKS_REFUSED.inc()
 
     def _rebase(self, check_budget: Callable[[], None]) -> None:
         """Carry out a rebase the index noted (see the invariants)."""

@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from stores.blob import BlobStore, open_blob_store
+from stores.blob.observed import on_error as on_blob_error
 from stores.state import StateStore, open_state_store
 from stores.utxo import UtxoStore, open_utxo_store
 from stores.utxo.gcpause import tune_for_blocks
 from workers.broker import BrokerRun
 from workers.fanout import TaskFanout
+from workers.ops.metrics import count_blob_error
 from workers.pruner import Pruner, PrunerConfig
 from workers.registry import Registry
 from workers.sequencer import Sequencer
@@ -59,6 +61,7 @@ def services(**overrides: Any) -> Services:
     with _lock:
         if _services is None:
             tune_for_blocks()  # a worker process: blocks, and transactions by the thousand
+            on_blob_error(count_blob_error)  # (before any blob store of this process is opened)
             s = load_settings(**overrides)
             utxo = open_utxo_store(s.store_url, **s.store_options())
             state = open_state_store(s.state_url)

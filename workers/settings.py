@@ -85,6 +85,11 @@ class Settings(BaseSettings):
     flower_address: str = "127.0.0.1"
     flower_basic_auth: str = ""  # "user:password[,user2:password2]"; required off loopback
 
+    # -- operations (workers/ops/) ---------------------------------------------------------------
+    metrics_port: NonNegativeInt = 0  # a worker serves Prometheus metrics on it (0: it does not)
+    metrics_address: str = "0.0.0.0"  # …on this address (a scrape comes from another host)
+    log_json: bool = False  # log lines are JSON objects (one per line), for shipping as they are
+
     # -- pruner (seed 002) -----------------------------------------------------------------------
     pruner_job_timeout: PositiveSeconds = 600.0
     pruner_chunk_size: PositiveInt = 1000

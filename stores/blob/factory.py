@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 
+from stores.blob.observed import observed
 from stores.blob.protocol import BlobStore
 
 BACKENDS: dict[str, str] = {
@@ -20,4 +21,4 @@ def open_blob_store(url: str) -> BlobStore:
         raise ValueError(f"unknown blob store URL scheme {scheme or url!r} (known: {', '.join(BACKENDS)})")
     module, cls = target.split(":")
     store: BlobStore = getattr(importlib.import_module(module), cls)(url)
-    return store
+    return observed(store)

@@ -91,6 +91,15 @@ class PendingTable:
 
         self.db.write("remove pending", unit)
 
+    def pending_counts(self) -> dict[str, int]:
+        """Messages pending per kind (`utxo status`, `utxo metrics`: a count, not the rows)."""
+
+        def q(cur: Any) -> dict[str, int]:
+            cur.execute("SELECT kind, COUNT(*) FROM pending GROUP BY kind")
+            return {str(k): int(n) for k, n in cur.fetchall()}
+
+        return self.db.read("pending counts", q)
+
     def pending(self, upto: int | None = None) -> list[PendingEntry]:
         def q(cur: Any) -> list[Any]:
             if upto is None:

@@ -112,6 +112,8 @@ class StateStore(Protocol):
     def set_meta(self, key: str, value: str | None) -> None:
         """Set (None: remove) a small named value of the chain (e.g. the block being applied)."""
     def counts(self) -> dict[str, int]: ...
+    def block_summary(self) -> dict[str, tuple[int, int | None]]:
+        """Blocks per status: (how many, the highest height among them)."""
 
     def commit(
         self,
@@ -161,6 +163,9 @@ class StateStore(Protocol):
         """The message is finished for good (removing what is not there is harmless); with
         `accepted`, its tx's record was made, noted on its recovery entry in the same
         transaction (from then on the record's absence means it was removed)."""
+
+    def pending_counts(self) -> dict[str, int]:
+        """Messages pending per kind."""
 
     def pending(self, upto: int | None = None) -> list[PendingEntry]:
         """Pending entries in registration order; with `upto`, only those whose seq ≤ it."""

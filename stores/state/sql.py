@@ -231,6 +231,16 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable):
 
         return self.db.read("counts", q)
 
+    def block_summary(self) -> dict[str, tuple[int, int | None]]:
+        """Blocks per status, with the highest height among them (orphans have none): the
+        best known height is the highest of a connected block, whatever the tip."""
+
+        def q(cur: Any) -> dict[str, tuple[int, int | None]]:
+            cur.execute("SELECT status, COUNT(*), MAX(height) FROM blocks GROUP BY status")
+            return {str(r[0]): (int(r[1]), None if r[2] is None else int(r[2])) for r in cur.fetchall()}
+
+        return self.db.read("block summary", q)
+
     def commit(
         self,
         *,

@@ -19,6 +19,9 @@ CONTRACT_DEFAULTS = {
     "allow_missing_inputs": False,
     "flower_address": "127.0.0.1",
     "flower_basic_auth": "",
+    "metrics_port": 0,  # operations (README "Operations")
+    "metrics_address": "0.0.0.0",
+    "log_json": False,
     "requeue_after": 300,  # re-sending lost messages (README settings)
     "requeue_interval": 10,
     "block_chunk_txs": 1000,  # units of a block phase (README settings)

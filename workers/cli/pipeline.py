@@ -37,14 +37,22 @@ LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "FATAL"]
 @click.option("--prefetch", type=click.IntRange(min=1), default=1, show_default=True,
               help="Messages each process takes ahead. Keep 1 for a worker of the `blocks` queue "
                    "(a block task runs for seconds); a `-Q txs` worker may take more.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics of this worker's processes on this port "
+                   "(UTXO_METRICS_PORT; 0: none).")
 @click.pass_obj
 def worker_cmd(obj: Context, queues: str, concurrency: int, loglevel: str, name: str | None,
-               prefetch: int) -> None:
+               prefetch: int, metrics_port: int | None) -> None:
     """A Celery worker of this app. It opens each store before it takes a message (a store
     that cannot work: exit 2); `celery -A workers.app worker` runs the same worker without that
     check. Exit status: 0 after SIGTERM (a warm shutdown), 1 after an unrecoverable error or
     SIGINT/SIGQUIT."""
+    if metrics_port is not None:
+        obj.overrides["metrics_port"] = metrics_port
     _export(obj)
+    from workers.ops import multiproc  # before anything imports prometheus_client (see there)
+
+    multiproc.prepare(obj.settings.metrics_port)
     from workers.startup import CannotStart, check_stores
 
     try:  # before a single message is taken (see workers/startup.py)
@@ -61,7 +69,10 @@ def worker_cmd(obj: Context, queues: str, concurrency: int, loglevel: str, name:
     # supervisor restarting on failure leaves it down.
     worker = app.Worker(hostname=node, queues=queues, concurrency=concurrency, loglevel=loglevel,
                         prefetch_multiplier=prefetch, without_mingle=True, without_gossip=True)
-    worker.start()
+    try:
+        worker.start()
+    finally:
+        multiproc.cleanup()
     sys.exit(worker.exitcode or 0)
 
 

@@ -34,6 +34,7 @@ from stores.state.recovery import DONE, PENDING, RecoveryEntry
 from stores.utxo import TxNotFound
 from stores.utxo.twophase import park
 from workers.mempool import apply_tx, waiting_for_parents
+from workers.ops import metrics
 from workers.services import Services
 
 log = logging.getLogger("utxoflow.recovery")
@@ -129,6 +130,7 @@ def release_all(svc: Services, entries: list[RecoveryEntry]) -> list[dict[str, A
             log.exception("recovering %s failed", e.ident)
             status, outcome, seen = Verdict(PENDING, f"failed: {type(err).__name__}: {err}")
         released = svc.state.recovery_release(e.ident, e.holder, outcome, status, accepted=seen)
+        metrics.RECOVERY_CLAIMS.labels(e.kind, status if released else "lost").inc()
         if released and e.kind == "tx" and status not in (PENDING, DONE):
             svc.registry.done(e.ident)  # its message, if still pending, has nothing left to do
         out.append({"ident": e.ident, "status": status, "outcome": outcome, "released": released})

@@ -1,0 +1,137 @@
+"""What the whole deployment holds right now, read from the state store and the broker: the
+one snapshot both `utxo status` (for a person) and `utxo metrics` (for Prometheus) show.
+
+Invariants: it only reads (one query per question, counts rather than rows), so any number of
+`utxo status --watch` may run beside the workers; each source is read on its own, and one that
+cannot be read is named in `errors` while the others are still shown — at 3 a.m. a Redis that is
+down is itself the answer, not a reason to show nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import redis
+
+from stores.sqldb import mask_url
+from stores.state import StateStore, open_state_store
+from workers.broker import is_redis
+from workers.settings import Settings
+
+QUEUES = ("blocks", "txs", "prune", "recovery")
+# kombu's Redis transport keeps a queue's messages of priority p > 0 under "<queue>\x06\x16<p>"
+PRIORITY_SEP, PRIORITY_STEPS = "\x06\x16", (3, 6, 9)
+ALIVE, TAKEN, UNACKED = "utxoflow:alive:", "utxoflow:taken", "unacked"  # workers/recovery/liveness.py
+CHAIN_LEASE = "chain"  # workers/sequencer.py
+
+
+def take(settings: Settings, window_s: int = 60) -> dict[str, Any]:
+    out: dict[str, Any] = {"at": round(time.time(), 3), "errors": {}}
+    try:
+        state = open_state_store(settings.state_url, create=False)
+    except Exception as e:
+        out["errors"]["state"] = f"UTXO_STATE_URL ({mask_url(settings.state_url)}): {_line(e)}"
+    else:
+        try:
+            out |= _from_state(state)
+        except Exception as e:
+            out["errors"]["state"] = _line(e)
+        finally:
+            state.close()
+    if not is_redis(settings.broker_url):
+        out["errors"]["broker"] = "the broker is not Redis: its queues cannot be read"
+        return out
+    r = redis.Redis.from_url(settings.broker_url, socket_timeout=3, socket_connect_timeout=3)
+    try:
+        out |= _from_broker(r, window_s)
+    except (redis.RedisError, OSError) as e:
+        out["errors"]["broker"] = f"UTXO_BROKER_URL ({mask_url(settings.broker_url)}): {_line(e)}"
+    finally:
+        r.close()
+    return out
+
+
+def _line(e: BaseException) -> str:
+    return " ".join((str(e) or type(e).__name__).split())
+
+
+def _from_state(state: StateStore) -> dict[str, Any]:
+    from workers.batch import APPLYING
+    from workers.recovery.leader import shown_leader
+    from workers.sequencer import DISCONNECTING
+
+    tip = state.tip()
+    summary = state.block_summary()
+    connected = [h for s, (_n, h) in summary.items() if s in ("pending", "applied", "side") and h is not None]
+    best = max(connected, default=None)
+    tip_height = None if tip is None else tip.height
+    running, pending = state.prune_open_jobs()
+    finished = next((j for j in state.prune_jobs(20) if j.status not in ("pending", "running")), None)
+    rec = state.recovery_summary(0)
+    return {
+        "chain": {
+            "tip": None if tip is None else {"height": tip.height, "hash": tip.hash[::-1].hex()},
+            "best_height": best,
+            # (no tip yet: every connected block is still to apply)
+            "lag": summary.get("pending", (0, None))[0] if tip_height is None or best is None
+            else best - tip_height,
+            "blocks": {s: n for s, (n, _h) in sorted(summary.items())},
+            "applying": (state.get_meta(APPLYING) or "").split(),
+            "disconnecting": state.get_meta(DISCONNECTING),
+            "holder": state.lease_holder(CHAIN_LEASE),
+        },
+        "pending": state.pending_counts(),
+        "pruner": {
+            "done_height": state.prune_done_height(),
+            "running": None if running is None else running.to_json(),
+            "pending": None if pending is None else pending.to_json(),
+            "last": None if finished is None else finished.to_json(),
+        },
+        "recovery": {"leader": shown_leader(state), "states": rec["states"], "outcomes": rec["outcomes"]},
+    }
+
+
+def queue_length(r: redis.Redis, name: str) -> int:
+    """Messages waiting on queue `name` (every priority)."""
+    pipe = r.pipeline(transaction=False)
+    for key in (name, *(f"{name}{PRIORITY_SEP}{p}" for p in PRIORITY_STEPS)):
+        pipe.llen(key)
+    return sum(int(n) for n in pipe.execute())
+
+
+def _from_broker(r: redis.Redis, window_s: int) -> dict[str, Any]:
+    from workers.ops.activity import rates
+
+    now = time.time()
+    unacked = {_text(t) for t in r.hkeys(UNACKED)}
+    taken = {_text(k): _text(v) for k, v in r.hgetall(TAKEN).items()}
+    holding: dict[str, int] = {}
+    for tag in unacked:
+        node = taken.get(tag)
+        if node is not None:
+            holding[node] = holding.get(node, 0) + 1
+    workers = []
+    keys = sorted(_text(k) for k in r.scan_iter(match=ALIVE + "*", count=500))
+    for key, raw in zip(keys, r.mget(keys) if keys else []):
+        if raw is None:  # (expired between the scan and the read)
+            continue
+        beat = json.loads(raw)
+        node = key[len(ALIVE):]
+        workers.append({
+            "node": node, "host": beat.get("host"), "pid": beat.get("pid"),
+            "seen_s_ago": round(max(0.0, now - float(beat.get("at", now))), 1),
+            "holding": holding.get(node, 0),
+        })
+    return {
+        "queues": {q: queue_length(r, q) for q in QUEUES},
+        "unacked": len(unacked),
+        "workers": workers,
+        "rates": {k: round(v, 3) for k, v in rates(r, window_s, now).items()},
+        "window_s": window_s,
+    }
+
+
+def _text(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v
