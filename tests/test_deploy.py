@@ -1,14 +1,17 @@
 """The deployment examples in deploy/ use only real settings and real `utxo` commands, and keep
-the properties deploy/README.md promises (workers scale, one beat, Flower behind basic auth).
-Plain parsing: no Docker, no cluster."""
+the properties deploy/README.md promises (workers scale, one beat, Flower behind basic auth,
+Prometheus scrapes what serves metrics, Grafana's dashboard finds its datasource, nothing but
+Flower and Grafana published, on loopback). Plain parsing: no Docker, no cluster."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 import pytest
@@ -225,3 +228,172 @@ def test_the_aerospike_overlays_point_the_workers_at_the_server_they_add() -> No
         given = {k.removeprefix("UTXO_").lower(): v for k, v in env.items() if k.startswith("UTXO_")}
         settings = load_settings(**given)
         assert settings.batch_size <= 8192  # an Aerospike record's slots stay under its size limit
+
+
+# --- metrics: Prometheus, Grafana ---------------------------------------------------------------
+
+PROMETHEUS: dict[str, Any] = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+GRAFANA = DEPLOY / "grafana"
+DASHBOARD = GRAFANA / "utxoflow.json"
+SCRAPE_ANNOTATIONS = ("prometheus.io/scrape", "prometheus.io/port", "prometheus.io/path")
+
+
+def first_utxo(argv: list[str]) -> click.Context | None:
+    """The parsed first `utxo` invocation of a command line (None: there is none)."""
+    return next((parse_utxo(args) for args in utxo_argvs(argv)), None)
+
+
+def metrics_port(ctx: click.Context | None, env: dict[str, Any]) -> int | None:
+    """The port a container of this command and environment serves /metrics on (None: none)."""
+    if ctx is None:
+        return None
+    port: int | None = None
+    if ctx.info_name == "worker":
+        given = {k.removeprefix("UTXO_").lower(): v for k, v in env.items() if k.startswith("UTXO_")}
+        port = ctx.params["metrics_port"]
+        port = load_settings(**given).metrics_port if port is None else port  # --metrics-port wins
+    elif ctx.info_name in ("metrics", "flower"):  # Flower serves /metrics beside its UI
+        port = ctx.params["port"]
+    return port or None
+
+
+def compose_metrics_ports() -> dict[str, int]:
+    """compose service: the port it serves /metrics on, from its own command and settings."""
+    ports = {}
+    for name, svc in SERVICES.items():
+        cmd = svc.get("command") or []
+        port = metrics_port(first_utxo(cmd if isinstance(cmd, list) else shlex.split(cmd)),
+                            svc.get("environment") or {})
+        if port:
+            ports[name] = port
+    return ports
+
+
+def bind_mounts(svc: dict[str, Any]) -> dict[str, str]:
+    """target: source (relative to the compose file) of a service's bind mounts."""
+    mounts = {}
+    for v in svc.get("volumes", []):
+        source, target = (v["source"], v["target"]) if isinstance(v, dict) else v.split(":")[:2]
+        if source.startswith("."):
+            mounts[target] = source
+    return mounts
+
+
+def test_prometheus_scrapes_every_metrics_port_compose_serves() -> None:
+    served = compose_metrics_ports()
+    assert set(served) == {"worker", "metrics", "flower"}, served
+    assert "UTXO_STATE_URL" in SERVICES["worker"]["environment"], "the worker lost x-app's settings"
+    scraped: dict[str, int] = {}
+    for job in PROMETHEUS["scrape_configs"]:
+        assert job.get("metrics_path", "/metrics") == "/metrics", job["job_name"]
+        for sd in job.get("dns_sd_configs", []):
+            # Docker's DNS answers a service's name with an A record per replica.
+            assert sd["type"] == "A", job["job_name"]
+            scraped |= {name: sd["port"] for name in sd["names"]}
+        for static in job.get("static_configs", []):
+            scraped |= {host: int(port) for host, port in (t.rsplit(":", 1) for t in static["targets"])}
+    assert scraped == served, "scraped (host: port) differs from what compose serves"
+    assert PROMETHEUS["global"]["scrape_interval"] == "15s"
+    # Only one `utxo metrics` is needed; a worker port must not be published (it would stop --scale).
+    assert SERVICES["metrics"].get("deploy", {}).get("replicas", 1) == 1
+    prometheus = SERVICES["prometheus"]
+    assert bind_mounts(prometheus) == {"/etc/prometheus/prometheus.yml": "./prometheus/prometheus.yml"}
+    assert any(v.split(":")[1] == "/prometheus" for v in prometheus["volumes"]), "no volume for its data"
+
+
+def test_bind_mounts_exist() -> None:
+    override = yaml.safe_load((DEPLOY / "aerospike" / "compose.yaml").read_text())["services"]
+    for here, services in ((DEPLOY, SERVICES), (DEPLOY / "aerospike", override)):
+        for name, svc in services.items():
+            for target, source in bind_mounts(svc).items():
+                # Docker makes a directory for a missing source and mounts that, silently.
+                assert (here / source).exists(), f"{name}: {source} (for {target}) is missing"
+
+
+def test_grafana_loads_the_dashboard_with_its_datasource() -> None:
+    assert DASHBOARD.is_file(), f"{DASHBOARD} is missing: compose mounts it into Grafana"
+    dashboard = json.loads(DASHBOARD.read_text())
+
+    def datasources(node: Any) -> Iterator[Any]:
+        if isinstance(node, dict):
+            if "datasource" in node:
+                yield node["datasource"]
+            for v in node.values():
+                yield from datasources(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from datasources(v)
+
+    used = list(datasources(dashboard))
+    assert used, "the dashboard names no datasource"
+    provisioning = GRAFANA / "provisioning"
+    (ds,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text())["datasources"]
+    bad = [d for d in used if d != {"type": ds["type"], "uid": ds["uid"]}]
+    assert not bad, f"panels name datasources Grafana is not given: {bad[:3]}"
+    assert ds["isDefault"] and ds["jsonData"]["timeInterval"] == PROMETHEUS["global"]["scrape_interval"]
+    url = urlsplit(ds["url"])
+    assert url.hostname == "prometheus" and url.hostname in SERVICES and url.port == 9090, ds["url"]
+
+    grafana = SERVICES["grafana"]
+    mounts = bind_mounts(grafana)
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "utxoflow.yaml").read_text())["providers"]
+    assert provider["type"] == "file"
+    assert mounts[f"{provider['options']['path']}/utxoflow.json"] == "./grafana/utxoflow.json"
+    for sub in ("datasources", "dashboards"):
+        assert mounts[f"/etc/grafana/provisioning/{sub}"] == f"./grafana/provisioning/{sub}"
+    assert all(v.endswith(":ro") for v in grafana["volumes"] if v.startswith(".")), "mount read-only"
+    home = grafana["environment"].get("GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH")
+    assert home is None or home in mounts, home
+    password = grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"]
+    assert re.fullmatch(r"\$\{[A-Z_]+:-[^}]+\}", password), "the admin password comes from the shell or .env"
+
+
+def test_only_flower_and_grafana_are_published_on_loopback() -> None:
+    override = yaml.safe_load((DEPLOY / "aerospike" / "compose.yaml").read_text())["services"]
+    published = set()
+    for name, svc in [*SERVICES.items(), *override.items()]:
+        assert svc.get("network_mode") != "host", f"{name} shares the host's network"
+        for port in svc.get("ports", []):
+            host_ip = port.get("host_ip") if isinstance(port, dict) else (
+                str(port).rsplit(":", 2)[0] if str(port).count(":") == 2 else None)
+            assert host_ip == "127.0.0.1", f"{name} publishes {port} beyond loopback"
+            published.add(name)
+    assert published == {"flower", "grafana"}
+
+
+def test_k8s_pods_are_scraped_where_they_serve_metrics() -> None:
+    data = next(iter(k8s("ConfigMap").values()))["data"]
+    served = {}
+    for name, deployment in k8s("Deployment").items():
+        template = deployment["spec"]["template"]
+        annotations = template["metadata"].get("annotations", {})
+        (container,) = template["spec"]["containers"]
+        env = {**data, **{e["name"]: e["value"] for e in container.get("env", [])}}
+        assert all(isinstance(v, str) for v in env.values()), f"{name}: env values must be strings"
+        port = metrics_port(first_utxo([*container.get("command", []), *container.get("args", [])]), env)
+        if port is None:
+            assert not any(a in annotations for a in SCRAPE_ANNOTATIONS), name
+            continue
+        served[name] = port
+        declared = {p["containerPort"] for p in container.get("ports", [])}
+        assert port in declared, f"{name}: {port} is not a containerPort"
+        assert {a: annotations.get(a) for a in SCRAPE_ANNOTATIONS} == {
+            "prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"
+        }, name
+    assert set(served) == {"utxo-worker", "utxo-metrics", "utxo-flower"}, served
+    worker_ports = {p["name"]: p["containerPort"] for p in pod("utxo-worker")["containers"][0]["ports"]}
+    assert worker_ports["metrics"] == served["utxo-worker"]
+    assert k8s("Deployment")["utxo-metrics"]["spec"]["replicas"] == 1
+    # The pods are annotated, so a Service must not be: a Prometheus that discovers both would
+    # scrape its pods twice, and the dashboard's sums would double.
+    for name, service in k8s("Service").items():
+        assert "prometheus.io/scrape" not in service["metadata"].get("annotations", {}), name
+    (metrics_port_,) = k8s("Service")["utxo-metrics"]["spec"]["ports"]
+    assert metrics_port_["port"] == served["utxo-metrics"] and metrics_port_["targetPort"] == "metrics"
+
+    (job,) = yaml.safe_load((DEPLOY / "prometheus" / "kubernetes.yml").read_text())["scrape_configs"]
+    assert job["kubernetes_sd_configs"] == [{"role": "pod"}]
+    sources = {tuple(r.get("source_labels", [])) for r in job["relabel_configs"]}
+    for a in SCRAPE_ANNOTATIONS:
+        label = "__meta_kubernetes_pod_annotation_" + re.sub(r"[^a-z0-9]", "_", a)
+        assert any(label in s for s in sources), f"{a} is not honoured"
