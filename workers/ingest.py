@@ -215,18 +215,23 @@ def read_txs(data: bytes, name: str = "input") -> list[Tx]:
     return _read(data, name, binary, lines)
 
 
-def publish(task: str, arg: str, ident: str) -> None:
+def publish(task: str, arg: str, ident: str, height: int | None = None) -> None:
     """Send the message of `ident`: the task naming `arg` (also what workers/requeue.py sends
-    again; each send gets a task id of its own)."""
+    again; each send gets a task id of its own). For Flower's task list the id is short and
+    says what the task is about (`block-812345-…`, `tx-…`: a list's columns stay on the screen),
+    and the arguments shown are the block's height, when known, and hash (or the txid)."""
     from workers.app import app
 
-    app.send_task(task, args=[arg, ident], task_id=f"{ident}:{uuid.uuid4().hex[:12]}")
+    kind = ident.partition(":")[0]
+    where = f"{height}-" if height is not None else ""
+    shown = f"[{height}, {arg!r}]" if height is not None else f"[{arg!r}]"
+    app.send_task(task, args=[arg, ident], task_id=f"{kind}-{where}{uuid.uuid4().hex[:12]}", argsrepr=shown)
 
 
-def send(task: str, arg: str, ident: str, svc: Services) -> None:
+def send(task: str, arg: str, ident: str, svc: Services, height: int | None = None) -> None:
     """Register `ident` as pending, then send the task naming `arg`."""
     svc.registry.add(ident)
-    publish(task, arg, ident)
+    publish(task, arg, ident, height)
 
 
 def submit_block(raw: bytes, svc: Services | None = None, block: Block | CheckedBlock | None = None) -> str:
@@ -235,7 +240,8 @@ def submit_block(raw: bytes, svc: Services | None = None, block: Block | Checked
     svc = svc or services()
     block = block or parse_block_fast(raw)
     keep_block(svc.blobs, block.hash, raw, block if isinstance(block, Block) else None)
-    send(BLOCK_TASK, block.hash_hex, f"block:{block.hash_hex}", svc)
+    height = block.height if isinstance(block, CheckedBlock) else stated_height(block)
+    send(BLOCK_TASK, block.hash_hex, f"block:{block.hash_hex}", svc, height)
     return block.hash_hex
 
 

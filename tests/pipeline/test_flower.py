@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from chain import parse_block
 from tests.pipeline.chains import Chain
 from tests.pipeline.workers import ROOT, Pipeline, pipeline_fixture  # noqa: F401  (the fixture)
 
@@ -76,6 +78,17 @@ def test_flower_shows_the_workers_and_their_tasks_to_those_with_credentials(pipe
             assert time.monotonic() < deadline, (code, workers, code_t, names)
             time.sleep(0.5)
         assert get(f"{base}/api/workers", "ops:wrong")[0] == 401
+        # the task list stays readable: short ids that say what they are, and a block task's
+        # arguments show its height and hash
+        hashes = [parse_block(b).hash_hex for b in c.blocks]
+        shown = {}
+        for task_id, t in tasks.items():
+            if t.get("name") == "utxoflow.block.arrived":
+                assert re.fullmatch(r"block-\d+-[0-9a-f]{12}", task_id), task_id
+                shown[task_id.split("-")[1]] = t["args"]
+        assert shown, tasks
+        for height, args in shown.items():
+            assert args == f"[{height}, {hashes[int(height) - 1]!r}]", (height, args)
     finally:
         flower.terminate()
         flower.wait(timeout=20)
