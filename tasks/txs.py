@@ -10,6 +10,7 @@ from celery import Task
 from chain import hex_to_hash, parse_tx
 from stores.blob.protocol import blob_key
 from stores.errors import StorageError
+from stores.utxo import UtxoError
 from workers.app import app
 from workers.mempool import apply_tx, waiting_for_parents
 from workers.ops import activity, metrics
@@ -27,20 +28,22 @@ def tx_arrived(self: Task, txid: str, ident: str) -> dict[str, Any]:
     try:
         svc = services()  # (first call in a process: opens the stores, which may fail)
         tx = parse_tx(svc.blobs.get(blob_key(hex_to_hash(txid), "tx")))
-        refused = apply_tx(svc.utxo, tx)
-        if refused is not None:
-            if waiting_for_parents(refused) and self.request.retries < PARENT_RETRIES:
-                metrics.MEMPOOL_TXS.labels("waiting").inc()
+        made = apply_tx(svc.utxo, tx)
+        if isinstance(made, UtxoError):
+            if waiting_for_parents(made) and self.request.retries < PARENT_RETRIES:
+                metrics.mempool_tx("retried")
                 raise self.retry(countdown=min(0.5 * 2 ** self.request.retries, 30))
-            log.warning("tx %s rejected: %s", txid, refused)
+            log.warning("tx %s rejected: %s", txid, made)
             svc.registry.done(ident)
-            metrics.MEMPOOL_TXS.labels("rejected").inc()
-            return {"txid": txid, "status": "rejected", "reason": str(refused)}
+            metrics.mempool_tx("rejected")
+            return {"txid": txid, "status": "rejected", "reason": str(made)}
     except StorageError as e:
         log.warning("tx %s: %s (will retry)", txid, e)
         raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
     svc.registry.done(ident, accepted=True)
-    metrics.MEMPOOL_TXS.labels("accepted").inc()
-    metrics.TXS_APPLIED.labels("mempool").inc()
-    activity.note("mempool_txs")
+    if made:  # (not a redelivery, nor a tx sent twice: counted once)
+        metrics.mempool_tx("accepted")
+        activity.note("mempool_txs")
+    else:
+        metrics.mempool_tx("known")
     return {"txid": txid, "status": "accepted"}

@@ -13,6 +13,7 @@ from celery.signals import (
     task_failure,
     task_received,
     task_retry,
+    worker_init,
     worker_process_shutdown,
     worker_ready,
     worker_shutdown,
@@ -34,7 +35,7 @@ def resume_the_chain(**_: Any) -> None:
     ahead of the tip: its worker died with the message, which Redis gives back only after the
     visibility timeout): it sends one block message to take it up (`resume_message`)."""
     from stores.state import open_state_store
-    from workers.ingest import BLOCK_TASK
+    from workers.ingest import BLOCK_TASK, publish_known
     from workers.sequencer import resume_message
     from workers.settings import load_settings
 
@@ -46,7 +47,7 @@ def resume_the_chain(**_: Any) -> None:
         args = resume_message(state)
         if args is not None:
             log.warning("the chain is not at rest: resuming it from block %s", args[0])
-            app.send_task(BLOCK_TASK, args=args)
+            publish_known(state, BLOCK_TASK, *args)
     finally:
         state.close()
 
@@ -104,13 +105,26 @@ def serve_metrics(**_: Any) -> None:
             log.error("cannot serve metrics on %s:%d: %s", s.metrics_address, s.metrics_port, e)
 
 
+@worker_init.connect
+def record_activity(**_: Any) -> None:
+    """A worker (its main process, before its pool forks) records what it does for the last
+    minute's rates of `utxo status` (workers/ops/activity.py)."""
+    from workers.ops import activity
+    from workers.settings import load_settings
+
+    activity.enable(load_settings().broker_url)
+
+
 @task_retry.connect
 def count_retry(reason: Any = None, **_: Any) -> None:
+    from workers.blockindex import BlockMissing
     from workers.ops import metrics
 
     # (Task.retry raises its Retry inside the task's `except`: the store's error is its context)
     if isinstance(reason, BaseException):
-        metrics.store_error(getattr(reason, "exc", None) or reason.__cause__ or reason.__context__ or reason)
+        cause = getattr(reason, "exc", None) or reason.__cause__ or reason.__context__ or reason
+        if not isinstance(cause, BlockMissing):  # (a block's bytes not there yet: waited for)
+            metrics.store_error(cause)
 
 
 @task_failure.connect

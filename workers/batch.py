@@ -44,6 +44,7 @@ class Applied:
     counts: dict[str, int]
     seconds: float
     txs: int
+    phases: dict[str, float]  # seconds of each phase of applying it (workers.ops.metrics.phase)
 
 
 class Batch:

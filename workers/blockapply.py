@@ -94,12 +94,14 @@ class BlockApplier(Conflicts):
     # What `plan` read of the store, for `check_known` of the same block (the same object) right
     # after: one read of the block's transactions and their parents instead of two.
     _planned: tuple[Block, dict[bytes, Standing]] | None = None
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
 
     # -- apply ---------------------------------------------------------------------------------
     def plan(self, block: Block) -> dict[str, Any]:
         """The undo record: which of the block's transactions are new to the store."""
         txids = [t.txid for t in block.txs]
-        with metrics.phase("plan"):
+        self.timings = {}  # (the block's phases, from here: see Applied)
+        with metrics.phase("plan", self.timings):
             known = self.utxo.standing([*txids, *outside_parents(block)])
         self._planned = (block, known)
         return {"created": [t.hex() for t in txids if t not in known]}
@@ -120,18 +122,18 @@ class BlockApplier(Conflicts):
         ctx = {"height": height, "block_id": block_id}
         with self._noting(undo, save):
             try:
-                with metrics.phase("check"):
+                with metrics.phase("check", self.timings):
                     conflicting = self.check_known(block, created)
-                with metrics.phase("create"):
+                with metrics.phase("create", self.timings):
                     made = self.create_phase(block, created, ctx)
-                with metrics.phase("reclaim"):
+                with metrics.phase("reclaim", self.timings):
                     self.reclaim(block, conflicting)
-                with metrics.phase("spend"):
+                with metrics.phase("spend", self.timings):
                     skipped = self.spend_phase(block, created, ctx)
             except BlockRefused:
                 self.rollback(block, undo)
                 raise
-        with metrics.phase("mine"):
+        with metrics.phase("mine", self.timings):
             self.mine_phase(block, ctx, made)
         if height > 0:  # a base block without BIP34 is height 0, which no store height may be
             self.utxo.set_block_height(height)

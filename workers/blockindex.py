@@ -41,6 +41,7 @@ from stores.blob.protocol import BlobNotFound, BlobStore, blob_key
 from stores.errors import StorageError
 from stores.state import BlockChange, BlockEntry, BlockStatus, StateStore
 from stores.utxo.gcpause import gc_paused
+from workers.ops import metrics
 
 log = logging.getLogger("utxoflow.index")
 
@@ -329,11 +330,15 @@ class BlockIndex:
                 BlockStatus.INVALID if reason else connected_status(work, None if tip is None else tip.work)
             )
             entry = self.state.add_block(h, prev, parent.height + 1, work, status, n, reason)
-        if entry.status is BlockStatus.INVALID:
+        refused = int(entry.status is BlockStatus.INVALID)
+        if refused:
             log.warning("block %s is invalid: %s", block.hash_hex, entry.reason)
         if entry.status is not BlockStatus.ORPHAN:  # orphans below it: invalid, or connected now
             below = self.rederive(entry, lambda e: e.status is BlockStatus.ORPHAN or placed_again(e))
             self.state.commit(blocks=below)
+            refused += sum(c.status is BlockStatus.INVALID for c in below)
+        if refused:
+            metrics.blocks_refused(refused)
         return entry
 
     def _revive(self, block: Block, known: BlockEntry) -> BlockEntry:

@@ -21,8 +21,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from chain import BLK_MAGICS, Block, ParseError, Tx, check_block, hash_to_hex, iter_blk_records, parse_tx
+from chain import (
+    BLK_MAGICS,
+    Block,
+    ParseError,
+    Tx,
+    check_block,
+    hash_to_hex,
+    hex_to_hash,
+    iter_blk_records,
+    parse_tx,
+)
 from stores.blob.protocol import blob_key
+from stores.state import StateStore
 from workers.blockindex import below_snapshot, keep_block, parse_block_fast, stated_height
 from workers.services import Services, services
 
@@ -226,6 +237,16 @@ def publish(task: str, arg: str, ident: str, height: int | None = None) -> None:
     where = f"{height}-" if height is not None else ""
     shown = f"[{height}, {arg!r}]" if height is not None else f"[{arg!r}]"
     app.send_task(task, args=[arg, ident], task_id=f"{kind}-{where}{uuid.uuid4().hex[:12]}", argsrepr=shown)
+
+
+def publish_known(state: StateStore, task: str, arg: str, ident: str) -> None:
+    """`publish`, a block's height looked up in the index (a message sent again, or one that
+    takes up the chain: the index knows the block)."""
+    height = None
+    if task == BLOCK_TASK:
+        entry = state.get_block(hex_to_hash(arg))
+        height = None if entry is None else entry.height
+    publish(task, arg, ident, height)
 
 
 def send(task: str, arg: str, ident: str, svc: Services, height: int | None = None) -> None:

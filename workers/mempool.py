@@ -16,17 +16,20 @@ from stores.errors import StoreError
 from stores.utxo import SpendRejected, TxExists, TxLocked, TxNotFound, UtxoError, UtxoStore
 
 
-def apply_tx(utxo: UtxoStore, tx: Tx) -> UtxoError | None:
-    """Spend `tx`'s inputs and create its record; the spend's refusal, or None when the tx is
-    in the store. Raises StorageError when the store fails (nothing is then known)."""
+def apply_tx(utxo: UtxoStore, tx: Tx) -> UtxoError | bool:
+    """Spend `tx`'s inputs and create its record; the spend's refusal, or, the tx being in the
+    store, whether this call made its record (False: it was there: a redelivery, a tx sent
+    twice). Raises StorageError when the store fails (nothing is then known)."""
     height = utxo.current_height()  # unmined since the tip; it spends as the next block would
     (spent,) = utxo.spend_many([tx], height + 1) if not tx.is_coinbase else ([],)
     if isinstance(spent, UtxoError):
         return spent
     (made,) = utxo.create_many([tx], height)
-    if isinstance(made, StoreError) and not isinstance(made, TxExists):
+    if isinstance(made, TxExists):
+        return False
+    if isinstance(made, StoreError):
         raise made
-    return None
+    return True
 
 
 def waiting_for_parents(refused: UtxoError) -> bool:

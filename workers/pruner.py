@@ -145,19 +145,10 @@ class Pruner:
             log.info("prune job %d (height %d) %s: %s", job.id, job.height, status, run.figures,
                      extra={"height": job.height, "phase": "prune", "job": job.id, "status": status,
                             "duration_s": run.figures["seconds"]})
-            _count(status, run.figures)
+            metrics.prune_run(status, run.figures)
         return self.state.prune_job(job.id) or job
 
     def help(self, key_hex: str, run: str, height: int, stable_at: int | None) -> int:
         """A chunk task's work: delete chunks of a run's posting until none is left."""
         return work_chunks(self, bytes.fromhex(key_hex), run, height, stable_at, holder_id())
 
-
-def _count(status: str, figures: dict[str, Any]) -> None:
-    """A run's figures into the worker's metrics (records its chunk helpers deleted included:
-    the job's figures sum theirs)."""
-    delete = figures.get("delete") or {}
-    metrics.PRUNER_JOBS.labels(status).inc()
-    metrics.PRUNER_RECORDS.inc(int(delete.get("deleted", 0)))
-    metrics.PRUNER_BLOBS.inc(int(delete.get("blobs_deleted", 0)))
-    metrics.PRUNER_SECONDS.observe(float(figures.get("seconds", 0.0)))

@@ -24,12 +24,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from stores.errors import StorageError
 from stores.state import StateStore
 from workers.broker import BrokerUnreachable
-from workers.ingest import TASKS, publish
+from workers.ingest import TASKS, publish_known
 from workers.services import Services
 
 log = logging.getLogger("utxoflow.requeue")
@@ -93,7 +94,8 @@ def scan(svc: Services) -> dict[str, Any]:
     skipped (the broker or the state store did not answer; the next scan tries again)."""
     try:
         run = svc.registry.broker.current(fresh=True) if svc.registry.broker else None
-        return requeue(svc.state, run, svc.settings.requeue_after, publish).to_json()
+        send = partial(publish_known, svc.state)
+        return requeue(svc.state, run, svc.settings.requeue_after, send).to_json()
     except (BrokerUnreachable, StorageError) as e:
         log.warning("re-sending scan skipped: %s", e)
         return {"skipped": str(e)}

@@ -329,7 +329,7 @@ class Sequencer:
             return False
         finally:
             self.applier.heartbeat = _no_beat
-        batch.add(Applied(e, undo, counts, time.perf_counter() - t0, len(block.txs)))
+        batch.add(Applied(e, undo, counts, time.perf_counter() - t0, len(block.txs), self.applier.timings))
         return True
 
     @contextmanager
@@ -368,13 +368,11 @@ class Sequencer:
             log.info("applied block %s at height %d: %s in %.2f s",
                      a.entry.hash[::-1].hex(), a.entry.height, a.counts, a.seconds,
                      extra={"block": a.entry.hash[::-1].hex(), "height": a.entry.height,
-                            "phase": "applied", "duration_s": round(a.seconds, 4), "txs": a.txs})
-            metrics.BLOCK_SECONDS.observe(a.seconds)
-        txs = sum(a.txs for a in done)
-        metrics.BLOCKS_APPLIED.inc(len(done))
-        metrics.TXS_APPLIED.labels("block").inc(txs)
+                            "phase": "applied", "duration_s": round(a.seconds, 4), "txs": a.txs,
+                            "phases_s": {k: round(v, 4) for k, v in a.phases.items()}})
+            metrics.block_applied(a.seconds, a.txs, a.phases)
         activity.note("blocks", len(done))
-        activity.note("block_txs", txs)
+        activity.note("block_txs", sum(a.txs for a in done))
         if self.on_applied is not None:
             self.on_applied(last.height)
 
@@ -424,7 +422,7 @@ class Sequencer:
             undo={e.hash: None},
             meta=meta or {},
         )
-        metrics.BLOCKS_DISCONNECTED.inc()
+        metrics.block_disconnected()
 
     def _invalidate(self, e: BlockEntry, reason: str) -> None:
         """Refuse a block: it and every descendant are invalid (one commit), nothing of it stays."""
@@ -439,7 +437,7 @@ class Sequencer:
         ]
         self.state.commit(blocks=changes, undo={e.hash: None}, meta={APPLYING: None})
         self._settled.update(c.hash for c in changes)
-        metrics.BLOCKS_REFUSED.inc()
+        metrics.blocks_refused(len(changes))
 
     def _rebase(self, check_budget: Callable[[], None]) -> None:
         """Carry out a rebase the index noted (see the invariants)."""

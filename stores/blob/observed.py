@@ -12,12 +12,18 @@ from stores.errors import StorageError
 
 ErrorListener = Callable[[str, StorageError], None]
 _listeners: list[ErrorListener] = []
+OPS = ("put", "get", "exists", "delete", "list", "set_dah", "get_dah")  # what a listener is told
 
 
 def on_error(listener: ErrorListener) -> None:
     """Call `listener(op, error)` on every failure of every blob store opened from now on."""
     if listener not in _listeners:
         _listeners.append(listener)
+
+
+def off_error(listener: ErrorListener) -> None:
+    if listener in _listeners:
+        _listeners.remove(listener)
 
 
 def observed(store: BlobStore) -> BlobStore:
@@ -36,7 +42,10 @@ class ObservedBlobStore:
             raise
         except StorageError as e:
             for listener in _listeners:
-                listener(op, e)
+                try:
+                    listener(op, e)
+                except Exception:  # a listener never replaces the store's own error
+                    pass
             raise
 
     def put_if_absent(self, key: str, data: bytes) -> bool:

@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 
 log = logging.getLogger("utxoflow.store")
+_warned: set[tuple[str, int, int]] = set()  # once per process: a worker opens its store often
 
 
 def adopt(url_safe: str, recorded: int, requested: int) -> int:
     """The page size to use for the store at `url_safe`: the one it `recorded` when it was
-    created (a warning when it differs from the one `requested`)."""
-    if recorded != requested:
+    created (a warning, once per process, when it differs from the one `requested`)."""
+    if recorded != requested and (url_safe, recorded, requested) not in _warned:
+        _warned.add((url_safe, recorded, requested))
         log.warning("%s was created with UTXO_BATCH_SIZE=%d: that is used (the setting, %d, applies to "
                     "new stores only)", url_safe, recorded, requested)
     return recorded

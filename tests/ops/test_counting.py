@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import redis
 from prometheus_client import REGISTRY
 
 from stores.blob import BlobNotFound, open_blob_store
-from stores.blob.observed import on_error
+from stores.blob.observed import off_error, on_error
 from stores.errors import StorageError
 from workers.localredis import claim_database
 from workers.ops import activity
@@ -30,8 +31,23 @@ def sample(name: str, **labels: str) -> float:
 
 def test_blob_store_failures_are_counted_by_operation_and_a_missing_blob_is_not(tmp_path: Path) -> None:
     seen: list[tuple[str, StorageError]] = []
-    on_error(lambda op, e: seen.append((op, e)))
-    on_error(count_blob_error)
+
+    def listen(op: str, e: StorageError) -> None:
+        seen.append((op, e))
+
+    def broken(_op: str, _e: StorageError) -> None:
+        raise RuntimeError("a listener that fails must not replace the store's error")
+
+    for listener in (listen, broken, count_blob_error):
+        on_error(listener)
+    try:
+        _blob_failures(tmp_path, seen)
+    finally:
+        for listener in (listen, broken, count_blob_error):
+            off_error(listener)
+
+
+def _blob_failures(tmp_path: Path, seen: list[tuple[str, StorageError]]) -> None:
     blobs = open_blob_store(f"file://{tmp_path}/blobs")
     key = "ab/" + "ab" * 32 + ".tx"
     (tmp_path / "blobs" / "ab").write_bytes(b"a file where the fan-out directory goes")
@@ -116,3 +132,30 @@ def test_activity_from_two_processes_adds_up_and_old_seconds_go(broker: str) -> 
     assert got["blocks"] == pytest.approx(5 / 60) and got["mempool_txs"] == pytest.approx(7 / 60)
     assert activity.rates(r, 60, now=later + 61)["blocks"] == 0  # out of the window
     assert activity.rates(r, 60, now=max(fields))["blocks"] == 0  # the second still counting
+    r.hset(activity.KEY + "blocks", "not-a-second", 5)  # someone else's field: left alone, not fatal
+    assert activity.rates(r, 60, now=later)["blocks"] == pytest.approx(5 / 60)
+
+
+def test_activity_across_a_fork_counts_each_process_once(broker: str) -> None:
+    """A process that counted and then forks (Celery's prefork pool): the child starts with
+    nothing of the parent's, and a lock of its own (the parent's thread may hold the parent's
+    at the fork); nothing is counted twice. Without `enable`, nothing is recorded at all."""
+    r = redis.Redis.from_url(broker)
+    activity.note("blocks", 100)  # not enabled in this process: recorded nowhere
+    assert not r.exists(activity.KEY + "blocks")
+    activity.enable(broker)
+    try:
+        activity.note("blocks", 5)
+        parent = activity._activity
+        pid = os.fork()
+        if pid == 0:  # the child: a count of its own, flushed, and out
+            ok = activity._activity is not parent and activity._activity is not None
+            activity.note("blocks", 1)
+            activity.flush()
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        activity.flush()
+        assert sum(int(v) for v in r.hgetall(activity.KEY + "blocks").values()) == 6
+    finally:
+        activity._url = activity._activity = None  # (this test process records nothing more)

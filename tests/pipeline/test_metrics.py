@@ -88,24 +88,42 @@ def test_a_two_worker_run_seen_through_metrics_status_and_the_dashboard(pipeline
     assert total(w, "utxoflow_blocks_applied_total") == 6
     assert total(w, "utxoflow_txs_applied_total", source="block") == 6 * (per_block + 1)
     assert total(w, "utxoflow_blocks_refused_total") == total(w, "utxoflow_blocks_disconnected_total") == 0
+    assert total(w, "utxoflow_store_errors_total") == 0
     assert total(w, "utxoflow_block_apply_seconds_count") == 6
     assert total(w, "utxoflow_block_apply_seconds_sum") > 0
-    for phase in ("plan", "check", "create", "spend", "mine"):  # one observation per block
+    for phase in ("plan", "check", "create", "reclaim", "spend", "mine"):  # one per block
         assert total(w, "utxoflow_block_phase_seconds_count", phase=phase) == 6, phase
         assert total(w, "utxoflow_block_phase_seconds_bucket", phase=phase, le="+Inf") == 6, phase
 
     pipeline.enqueue("tx", [t.raw for t in mempool])
     pipeline.wait()
+    pipeline.enqueue("tx", [mempool[0].raw])  # the same tx again: in the store, counted once
+    pipeline.wait()
     w = workers()
     assert total(w, "utxoflow_mempool_txs_total", outcome="accepted") == 3
+    assert total(w, "utxoflow_mempool_txs_total", outcome="known") == 1
     assert total(w, "utxoflow_txs_applied_total", source="mempool") == 3
+
+    # A block invalid on its own (its merkle root), sent past the door's checks: refused when
+    # it is indexed, and counted so.
+    bad = bytearray(chain.next_block([spend(outs[199])]))
+    bad[36] ^= 1  # (the header's merkle root)
+    pipeline.submit("block", [bytes(bad)])
+    pipeline.wait()
+    assert total(workers(), "utxoflow_blocks_refused_total") == 1
 
     tip = pipeline.tip()
     assert tip["height"] == base + 6
+    # every applied block requests a pruner run, on the `prune` queue (which `utxo wait` does
+    # not wait for): one has finished before its gauges are read
+    until(lambda: json.loads(pipeline.utxo("prune", "--jobs").stdout)["done_height"] == base + 6, 30,
+          poll=0.2, why="the pruner to catch up with the tip")
     m = utxo_metrics(pipeline)
     assert total(m, "utxoflow_tip_height") == total(m, "utxoflow_best_height") == base + 6
     assert total(m, "utxoflow_chain_lag_blocks") == 0
     assert total(m, "utxoflow_blocks", status="applied") == 7  # the snapshot's block and six
+    assert total(m, "utxoflow_blocks", status="invalid") == 1
+    assert total(m, "utxoflow_pruner_last_job_height") == base + 6
     assert total(m, "utxoflow_pending_messages") == 0
     assert total(m, "utxoflow_workers_alive") == 2
     for q in ("blocks", "txs"):  # (idle: nothing arrives between the two reads)
@@ -165,7 +183,8 @@ def _check_dashboard(pipeline: Pipeline, ours: Samples) -> None:
 def dashboard_series(path: Path) -> set[str]:
     """The metric names every panel's queries use."""
     dash = json.loads(path.read_text())
-    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    panels = [*dash["panels"], *(q for p in dash["panels"] for q in p.get("panels", []))]  # (rows)
+    exprs = [t["expr"] for p in panels for t in p.get("targets", [])]
     assert exprs, "the dashboard has no queries"
     return {n for e in exprs for n in re.findall(r"\b((?:utxoflow|flower)_[a-z0-9_]+)", e)}
 
@@ -237,4 +256,5 @@ def test_json_logs_of_a_worker(pipeline: Pipeline) -> None:
     assert [r["block"] for r in applied] == [parse_block(b).hash_hex for b in chain.blocks]
     assert all(r["duration_s"] > 0 and r["txs"] == 2 and r["task"] == "utxoflow.block.arrived"
                and r["task_id"] for r in applied)
+    assert all(set(r["phases_s"]) == {"plan", "check", "create", "reclaim", "spend", "mine"} for r in applied)
     assert any(r["message"].endswith("ready.") for r in records)

@@ -39,7 +39,8 @@ def test_a_store_opened_with_another_page_size_uses_its_own(
             finally:
                 again.close()
     warned = [r.getMessage() for r in caplog.records if r.name == "utxoflow.store"]
-    assert len(warned) == 2 and all(f"UTXO_BATCH_SIZE={PAGE}" in w and str(other) in w for w in warned)
+    # once per process, however often it opens the store (a worker reopens it; its log stays readable)
+    assert len(warned) == 1 and f"UTXO_BATCH_SIZE={PAGE}" in warned[0] and str(other) in warned[0]
 
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="utxoflow.store"):
@@ -53,4 +54,4 @@ def test_a_store_opened_with_another_page_size_uses_its_own(
             again.close()
         same = open_utxo_store(store_url, batch_size=PAGE, blob_url=blobs)
         same.close()
-    assert sum("UTXO_BATCH_SIZE" in r.getMessage() for r in caplog.records) == 1  # not for PAGE itself
+    assert not any("UTXO_BATCH_SIZE" in r.getMessage() for r in caplog.records)  # said once already

@@ -8,11 +8,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from chain import hash_to_hex
+from chain import Tx, hash_to_hex
 from stores.sqldb import mask_url
 from workers.cli.app import BadInput, Context, cli, emit
 from workers.cli.pipeline import _export
@@ -64,12 +64,12 @@ def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
     svc = services()
     _check_joins(svc.utxo.snapshot_block(), blocks)
     _check_broker(obj)
-    with Reporter() as rep, rep.step("enqueue blocks", len(blocks), "blocks") as advance:
-        for k, block in enumerate(blocks):
-            with _broker_errors(obj, k, len(blocks), "blocks"):
-                submit_block(block.raw, svc, block)
-            emit({"enqueued": "block", "hash": block.hash_hex, "txs": block.n_txs})
-            advance(1)
+
+    def one(block: CheckedBlock) -> dict[str, Any]:
+        submit_block(block.raw, svc, block)
+        return {"enqueued": "block", "hash": block.hash_hex, "txs": block.n_txs}
+
+    _send_all(obj, blocks, "blocks", "blocks", one)
 
 
 @enqueue_group.command("tx")
@@ -85,11 +85,24 @@ def enqueue_tx(obj: Context, files: tuple[str, ...]) -> None:
     obj.broker_url("; nothing was enqueued")
     svc = services()
     _check_broker(obj)
-    with Reporter() as rep, rep.step("enqueue txs", len(txs), "txs") as advance:
-        for k, tx in enumerate(txs):
-            with _broker_errors(obj, k, len(txs), "transactions"):
-                submit_tx(tx.serialize(extended=True) if tx.is_extended else tx.raw, svc)
-            emit({"enqueued": "tx", "txid": tx.txid_hex})
+
+    def one(tx: Tx) -> dict[str, Any]:
+        submit_tx(tx.serialize(extended=True) if tx.is_extended else tx.raw, svc)
+        return {"enqueued": "tx", "txid": tx.txid_hex}
+
+    _send_all(obj, txs, "txs", "transactions", one)
+
+
+def _send_all(
+    obj: Context, items: list[T], unit: str, what: str, send: Callable[[T], dict[str, Any]]
+) -> None:
+    """Send each item (its JSON line on stdout once sent), with progress on stderr; a broker
+    that fails part-way says how far the input got (`_broker_errors`)."""
+    with Reporter() as rep, rep.step(f"enqueue {unit}", len(items), unit) as advance:
+        for k, item in enumerate(items):
+            with _broker_errors(obj, k, len(items), what):
+                line = send(item)
+            emit(line)
             advance(1)
 
 

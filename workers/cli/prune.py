@@ -33,6 +33,8 @@ def prune_cmd(obj: Context, height: int | None, wait: bool, timeout: float, show
     a higher one replaces the waiting job. Workers run it (queue `prune`)."""
     if show_jobs and (height is not None or wait):
         raise BadInput("--jobs lists jobs: it takes no --height or --wait")
+    if not show_jobs:
+        obj.broker_url("; nothing was requested")  # (a request sends the run task)
     state = open_state_store(obj.settings.state_url, create=False)
     try:
         if show_jobs:

@@ -32,6 +32,8 @@ def recover_cmd(obj: Context, once: bool, run_: bool, wait: float, last: int) ->
     leads for all of --wait."""
     if once and run_:
         raise BadInput("--once and --run: choose one")
+    if once or run_:
+        obj.broker_url()  # (a scan restores and re-sends messages)
     state = open_state_store(obj.settings.state_url, create=False)
     try:
         if not (once or run_):

@@ -66,12 +66,19 @@ def _watch(obj: Context, as_json: bool, every: float, window: int) -> int:
     from workers.ops.screen import render
 
     _stop_on_sigterm()
+    first = _take(obj, window)
+    if "chain" not in first and "queues" not in first:  # nothing to watch: a wrong URL, say
+        if as_json:
+            emit(first)
+        raise BadInput(_failed(first) or NOTHING_HERE)
     try:
         if as_json:  # JSON lines, one per refresh
+            snap = first
             while True:
-                emit(_take(obj, window))
+                emit(snap)
                 time.sleep(every)
-        with Live(render(_take(obj, window)), console=_console(), auto_refresh=False) as live:
+                snap = _take(obj, window)
+        with Live(render(first), console=_console(), auto_refresh=False) as live:
             while True:
                 time.sleep(every)
                 live.update(render(_take(obj, window)), refresh=True)

@@ -29,35 +29,29 @@ FLUSH_S = 1.0
 
 
 class Activity:
-    """One process's buffer of counts, flushed to Redis from a daemon thread (started lazily,
-    again after a fork: a thread does not survive one)."""
+    """One process's buffer of counts, flushed to Redis from a daemon thread started at the
+    first count. After a fork the child gets a fresh one (`_after_fork`): the parent's lock may
+    be held by its flushing thread at that instant, and its counts are its own to flush."""
 
     def __init__(self, broker_url: str) -> None:
         self.url = broker_url
         self._lock = threading.Lock()
         self._counts: dict[tuple[str, int], int] = defaultdict(int)
-        self._pid = -1
         self._client: redis.Redis | None = None
-        self._wake = threading.Event()
+        self._started = False
 
     def note(self, kind: str, n: int = 1) -> None:
         if n <= 0:
             return
         with self._lock:
             self._counts[(kind, int(time.time()))] += n
-            if self._pid != os.getpid():
-                self._start()
-
-    def _start(self) -> None:
-        self._pid = os.getpid()
-        self._client = None  # a forked child's connection must be its own
-        threading.Thread(target=self._run, name="utxoflow-activity", daemon=True).start()
-        atexit.register(self.flush)
+            if not self._started:
+                self._started = True
+                threading.Thread(target=self._run, name="utxoflow-activity", daemon=True).start()
 
     def _run(self) -> None:
-        pid = os.getpid()
-        while self._pid == pid:
-            self._wake.wait(FLUSH_S)
+        while _activity is self:  # (a fork's child has its own; this thread is not in it anyway)
+            time.sleep(FLUSH_S)
             self.flush()
 
     def flush(self) -> None:
@@ -82,14 +76,21 @@ class Activity:
                 for kind, fields in old.items():
                     pipe.hdel(KEY + kind, *fields)
                 pipe.execute()
-        except (redis.RedisError, OSError) as e:  # rates are shown, never relied on: drop them
+        except Exception as e:  # rates are shown, never relied on: they are dropped, never raised
             log.debug("activity not recorded: %s", e)
+
+
+def _second(field: bytes | str) -> int | None:
+    try:
+        return int(field)
+    except ValueError:  # (not one of ours: left alone)
+        return None
 
 
 def _stale(kinds: list[str], keys: list[list[bytes]], now: int) -> dict[str, list[bytes]]:
     old: dict[str, list[bytes]] = {}
     for kind, fields in zip(kinds, keys):
-        gone = [f for f in fields if int(f) < now - KEEP_S]
+        gone = [f for f in fields if (s := _second(f)) is not None and s < now - KEEP_S]
         if gone:
             old[kind] = gone
     return old
@@ -101,34 +102,53 @@ def rates(r: redis.Redis, window_s: int = 60, now: float | None = None) -> dict[
     end = int(time.time() if now is None else now)
     out: dict[str, float] = {}
     for kind in KINDS:
-        fields = r.hgetall(KEY + kind)
-        total = sum(int(v) for f, v in fields.items() if end - window_s <= int(f) < end)
+        total = 0
+        for f, v in r.hgetall(KEY + kind).items():
+            s = _second(f)
+            if s is not None and end - window_s <= s < end:
+                total += int(v)
         out[kind] = total / window_s
     return out
 
 
+# This process's recorder: none until a worker enables it (`enable`, at worker start), so that
+# library use of the sequencer, tests and the CLI write nothing anywhere.
+_url: str | None = None
 _activity: Activity | None = None
-_off = False  # the broker is not Redis: nothing is recorded
+
+
+def enable(broker_url: str) -> None:
+    """Record this process's activity (and its forked children's) in the broker at `broker_url`
+    (a broker that is not Redis: nothing is recorded)."""
+    global _url, _activity
+    from workers.broker import is_redis
+
+    if is_redis(broker_url):
+        _url, _activity = broker_url, Activity(broker_url)
+
+
+def _after_fork() -> None:
+    global _activity
+    _activity = Activity(_url) if _url is not None else None
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def note(kind: str, n: int = 1) -> None:
-    """Count `n` of `kind` for this process (the broker from the settings)."""
-    global _activity, _off
-    if _activity is None:
-        if _off:
-            return
-        from workers.broker import is_redis
-        from workers.settings import load_settings
-
-        url = load_settings().broker_url
-        if not is_redis(url):
-            _off = True
-            return
-        _activity = Activity(url)
-    _activity.note(kind, n)
+    """Count `n` of `kind` for this process; never raises (see `Activity.flush`)."""
+    a = _activity
+    if a is not None:
+        try:
+            a.note(kind, n)
+        except Exception as e:
+            log.debug("activity not noted: %s", e)
 
 
 def flush() -> None:
-    """Hand on what this process counted (a pool child about to end)."""
+    """Hand on what this process counted (a pool child about to end, or at exit)."""
     if _activity is not None:
         _activity.flush()
+
+
+atexit.register(flush)

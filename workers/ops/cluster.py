@@ -14,17 +14,16 @@ import time
 from typing import Any
 
 import redis
+from kombu.transport.redis import PRIORITY_STEPS, Channel
 
+import celeryconfig
 from stores.sqldb import mask_url
-from stores.state import StateStore, open_state_store
+from stores.state import BlockStatus, StateStore, open_state_store
 from workers.broker import is_redis
+from workers.recovery.liveness import ALIVE, TAKEN, UNACKED
 from workers.settings import Settings
 
-QUEUES = ("blocks", "txs", "prune", "recovery")
-# kombu's Redis transport keeps a queue's messages of priority p > 0 under "<queue>\x06\x16<p>"
-PRIORITY_SEP, PRIORITY_STEPS = "\x06\x16", (3, 6, 9)
-ALIVE, TAKEN, UNACKED = "utxoflow:alive:", "utxoflow:taken", "unacked"  # workers/recovery/liveness.py
-CHAIN_LEASE = "chain"  # workers/sequencer.py
+QUEUES = tuple(q.name for q in celeryconfig.task_queues)
 
 
 def take(settings: Settings, window_s: int = 60) -> dict[str, Any]:
@@ -45,7 +44,7 @@ def take(settings: Settings, window_s: int = 60) -> dict[str, Any]:
         return out
     r = redis.Redis.from_url(settings.broker_url, socket_timeout=3, socket_connect_timeout=3)
     try:
-        out |= _from_broker(r, window_s)
+        out |= _from_broker(r, window_s, settings.recovery_lease)
     except (redis.RedisError, OSError) as e:
         out["errors"]["broker"] = f"UTXO_BROKER_URL ({mask_url(settings.broker_url)}): {_line(e)}"
     finally:
@@ -60,12 +59,12 @@ def _line(e: BaseException) -> str:
 def _from_state(state: StateStore) -> dict[str, Any]:
     from workers.batch import APPLYING
     from workers.recovery.leader import shown_leader
-    from workers.sequencer import DISCONNECTING
+    from workers.sequencer import DISCONNECTING, LEASE
 
     tip = state.tip()
     summary = state.block_summary()
-    connected = [h for s, (_n, h) in summary.items() if s in ("pending", "applied", "side") and h is not None]
-    best = max(connected, default=None)
+    best_entry = state.best_candidate()  # (the best chain's end: a side branch's blocks are not ahead)
+    best = None if best_entry is None else best_entry.height
     tip_height = None if tip is None else tip.height
     running, pending = state.prune_open_jobs()
     finished = next((j for j in state.prune_jobs(20) if j.status not in ("pending", "running")), None)
@@ -75,12 +74,12 @@ def _from_state(state: StateStore) -> dict[str, Any]:
             "tip": None if tip is None else {"height": tip.height, "hash": tip.hash[::-1].hex()},
             "best_height": best,
             # (no tip yet: every connected block is still to apply)
-            "lag": summary.get("pending", (0, None))[0] if tip_height is None or best is None
-            else best - tip_height,
+            "lag": summary.get(BlockStatus.PENDING.value, (0, None))[0] if tip_height is None or best is None
+            else max(0, best - tip_height),
             "blocks": {s: n for s, (n, _h) in sorted(summary.items())},
             "applying": (state.get_meta(APPLYING) or "").split(),
             "disconnecting": state.get_meta(DISCONNECTING),
-            "holder": state.lease_holder(CHAIN_LEASE),
+            "holder": state.lease_holder(LEASE),
         },
         "pending": state.pending_counts(),
         "pruner": {
@@ -96,12 +95,12 @@ def _from_state(state: StateStore) -> dict[str, Any]:
 def queue_length(r: redis.Redis, name: str) -> int:
     """Messages waiting on queue `name` (every priority)."""
     pipe = r.pipeline(transaction=False)
-    for key in (name, *(f"{name}{PRIORITY_SEP}{p}" for p in PRIORITY_STEPS)):
+    for key in (name, *(f"{name}{Channel.sep}{p}" for p in PRIORITY_STEPS if p)):  # (kombu's keys)
         pipe.llen(key)
     return sum(int(n) for n in pipe.execute())
 
 
-def _from_broker(r: redis.Redis, window_s: int) -> dict[str, Any]:
+def _from_broker(r: redis.Redis, window_s: int, lease_s: float) -> dict[str, Any]:
     from workers.ops.activity import rates
 
     now = time.time()
@@ -117,11 +116,16 @@ def _from_broker(r: redis.Redis, window_s: int) -> dict[str, Any]:
     for key, raw in zip(keys, r.mget(keys) if keys else []):
         if raw is None:  # (expired between the scan and the read)
             continue
-        beat = json.loads(raw)
+        try:
+            beat = json.loads(raw)
+            ago = round(max(0.0, now - float(beat.get("at", now))), 1)
+        except (ValueError, TypeError, AttributeError):  # not a heartbeat of ours: shown as such
+            beat, ago = {}, None
         node = key[len(ALIVE):]
         workers.append({
-            "node": node, "host": beat.get("host"), "pid": beat.get("pid"),
-            "seen_s_ago": round(max(0.0, now - float(beat.get("at", now))), 1),
+            "node": node, "host": beat.get("host"), "pid": beat.get("pid"), "seen_s_ago": ago,
+            # a heartbeat every third of the lease (workers/recovery/liveness.py): two missed
+            "late": ago is None or ago > lease_s * 2 / 3,
             "holding": holding.get(node, 0),
         })
     return {

@@ -15,9 +15,9 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from workers.recovery.manager import COUNTED
+
 SOURCES = ("state", "broker")
-# what the recovery manager counts (workers/recovery/manager.py), shown at 0 before it happens
-KNOWN_OUTCOMES = (("message", "given back"), ("message", "re-sent"), ("block", "chain taken up"))
 
 
 def families(snap: dict[str, Any]) -> Iterator[Metric]:
@@ -82,7 +82,7 @@ def _state(snap: dict[str, Any]) -> Iterator[Metric]:
     outcomes = CounterMetricFamily("utxoflow_recovery_outcomes", "Recovery claims released, by kind "
                                    "and outcome (the whole deployment's count).", labels=["kind", "outcome"])
     counted = {(kind, oc): n for kind, counts in rec["outcomes"].items() for oc, n in counts.items()}
-    for (kind, oc), n in sorted(({k: 0 for k in KNOWN_OUTCOMES} | counted).items()):
+    for (kind, oc), n in sorted(({k: 0 for k in COUNTED} | counted).items()):  # (0 until it happens)
         outcomes.add_metric([kind, oc], float(n))
     yield outcomes
     leader = GaugeMetricFamily("utxoflow_recovery_leader_info", "The recovery manager leading now.",

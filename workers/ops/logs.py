@@ -1,6 +1,6 @@
 """Log lines as JSON objects, one per line (UTXO_LOG_JSON=1), so that a log shipper takes them
 as they are: time, level, logger, process, message, and the fields a line carries
-(`extra=`: block hash, height, phase, duration…), plus the Celery task's name and id when a
+(`extra=`: block hash, height, phase, duration, per-phase seconds…), plus the Celery task's name and id when a
 task logged it. Without the setting nothing changes: Celery's own format, for a person."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-# what utxoflow's log calls pass as `extra` (workers/sequencer.py, workers/pruner.py)
-FIELDS = ("block", "height", "phase", "duration_s", "txs", "job", "status", "txid")
+# a LogRecord's own attributes: anything else on a record came from a log call's `extra`
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
 
 class JsonFormatter(logging.Formatter):
@@ -23,9 +23,9 @@ class JsonFormatter(logging.Formatter):
             "process": record.process,
             "message": record.getMessage(),
         }
-        for f in FIELDS:
-            if f in record.__dict__:
-                obj[f] = record.__dict__[f]
+        for k, v in vars(record).items():
+            if k not in _STANDARD and k not in obj:
+                obj[k] = v
         task = _task()
         if task is not None:
             obj["task"], obj["task_id"] = task

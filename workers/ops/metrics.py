@@ -2,6 +2,12 @@
 
 How a worker serves them, summed over its pool's processes, is workers/ops/multiproc.py's.
 
+Invariants: the rest of the code records through the functions at the end of this module,
+never through the metric objects, and those functions never raise — a metric that cannot be
+written (a full multiprocess directory) must not fail a block that was applied. Blocks are
+counted, and their phases observed, when their batch has committed (`block_applied`, from the
+sequencer's commit): a batch rolled back and applied again counts once.
+
 Names follow Prometheus' conventions: `utxoflow_` prefix, base units (`_seconds`), `_total`
 for counters. What the whole deployment holds (tip, lag, queues, pending messages, pruner and
 recovery state) is not here: it is read at scrape time by `utxo metrics` (workers/ops/cluster.py),
@@ -10,16 +16,22 @@ so that N workers do not report it N times.
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import Counter, Histogram
 
+from stores.blob.observed import OPS as BLOB_OPS
 from stores.errors import ProcessingError, StorageError, StoreError
 from stores.state.prunejobs import CANCELLED, COMPLETED, FAILED
 from stores.state.recovery import DONE, KINDS, PENDING, TERMINAL
+
+log = logging.getLogger("utxoflow.metrics")
+F = TypeVar("F", bound=Callable[..., None])
 
 # a block phase of a 2,000-tx block takes tens of milliseconds; a 100,000-tx block, seconds
 PHASE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -34,7 +46,9 @@ TXS_APPLIED = Counter(
     ["source"],
 )
 MEMPOOL_TXS = Counter(
-    "utxoflow_mempool_txs_total", "Mempool transaction tasks by outcome.", ["outcome"]
+    "utxoflow_mempool_txs_total", "Mempool transactions by outcome: accepted (made now), "
+    "known (already in the store: a redelivery), rejected; retried: an attempt that waits for "
+    "its parents.", ["outcome"]
 )
 BLOCK_SECONDS = Histogram(
     "utxoflow_block_apply_seconds", "Time to apply one block to the UTXO store.", buckets=PHASE_BUCKETS
@@ -48,11 +62,12 @@ PRUNER_RECORDS = Counter(
     "utxoflow_pruner_records_deleted_total", "Records deleted by the pruner."
 )
 PRUNER_BLOBS = Counter("utxoflow_pruner_blobs_deleted_total", "External blobs deleted by the pruner.")
-PRUNER_SECONDS = Histogram(
-    "utxoflow_pruner_job_seconds", "Duration of one pruner run.", buckets=PHASE_BUCKETS
+PRUNER_SECONDS = Histogram(  # (a run may last up to UTXO_PRUNER_JOB_TIMEOUT, 600 s by default)
+    "utxoflow_pruner_job_seconds", "Duration of one pruner run.", buckets=(*PHASE_BUCKETS, 300, 600, 1800)
 )
 RECOVERY_CLAIMS = Counter(
-    "utxoflow_recovery_claims_total", "Recovery claims handled, by kind and outcome.", ["kind", "outcome"]
+    "utxoflow_recovery_claims_total", "Recovery claims handled, by kind and the status the entry "
+    "was left in (lost: the claim had passed to another holder).", ["kind", "status"]
 )
 BLOB_ERRORS = Counter("utxoflow_blob_errors_total", "Blob store calls that failed.", ["op"])
 STORE_ERRORS = Counter(
@@ -65,10 +80,10 @@ PHASES = ("plan", "check", "create", "reclaim", "spend", "mine")
 _KNOWN: list[tuple[Any, tuple[tuple[str, ...], ...]]] = [
     (PHASE_SECONDS, tuple((p,) for p in PHASES)),
     (TXS_APPLIED, (("block",), ("mempool",))),
-    (MEMPOOL_TXS, (("accepted",), ("rejected",), ("waiting",))),
+    (MEMPOOL_TXS, (("accepted",), ("known",), ("rejected",), ("retried",))),
     (PRUNER_JOBS, ((COMPLETED,), (FAILED,), (CANCELLED,))),
     (RECOVERY_CLAIMS, tuple((k, o) for k in KINDS for o in (PENDING, DONE, *TERMINAL, "lost"))),
-    (BLOB_ERRORS, tuple((op,) for op in ("put", "get", "exists", "delete", "list", "set_dah", "get_dah"))),
+    (BLOB_ERRORS, tuple((op,) for op in BLOB_OPS)),
     (STORE_ERRORS, ((StorageError.code,), (ProcessingError.code,))),
 ]
 for _metric, _labels in _KNOWN:
@@ -76,19 +91,73 @@ for _metric, _labels in _KNOWN:
         _metric.labels(*_l)
 
 
+def _quietly(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except Exception as e:  # (see the invariants)
+            log.debug("metric %s not recorded: %s", fn.__name__, e)
+
+    return wrapper  # type: ignore[return-value]
+
+
 @contextmanager
-def phase(name: str) -> Iterator[None]:
-    """Time one phase of a block (only when it completes: a refused block's partial phase
-    would pull the distribution down)."""
+def phase(name: str, into: dict[str, float]) -> Iterator[None]:
+    """Time one phase of a block into `into` (observed by `block_applied` once the block is
+    committed; a phase that raises is not timed)."""
     t0 = time.perf_counter()
     yield
-    PHASE_SECONDS.labels(name).observe(time.perf_counter() - t0)
+    into[name] = into.get(name, 0.0) + time.perf_counter() - t0
 
 
+@_quietly
+def block_applied(seconds: float, txs: int, phases: Mapping[str, float]) -> None:
+    BLOCKS_APPLIED.inc()
+    TXS_APPLIED.labels("block").inc(txs)
+    BLOCK_SECONDS.observe(seconds)
+    for name, s in phases.items():
+        PHASE_SECONDS.labels(name).observe(s)
+
+
+@_quietly
+def blocks_refused(n: int = 1) -> None:
+    BLOCKS_REFUSED.inc(n)
+
+
+@_quietly
+def block_disconnected() -> None:
+    BLOCKS_DISCONNECTED.inc()
+
+
+@_quietly
+def mempool_tx(outcome: str) -> None:
+    MEMPOOL_TXS.labels(outcome).inc()
+    if outcome == "accepted":
+        TXS_APPLIED.labels("mempool").inc()
+
+
+@_quietly
+def prune_run(status: str, figures: Mapping[str, Any]) -> None:
+    """A run's figures (records its chunk helpers deleted included: the job's figures sum theirs)."""
+    delete = figures.get("delete") or {}
+    PRUNER_JOBS.labels(status).inc()
+    PRUNER_RECORDS.inc(int(delete.get("deleted", 0)))
+    PRUNER_BLOBS.inc(int(delete.get("blobs_deleted", 0)))
+    PRUNER_SECONDS.observe(float(figures.get("seconds", 0.0)))
+
+
+@_quietly
+def recovery_claim(kind: str, status: str) -> None:
+    RECOVERY_CLAIMS.labels(kind, status).inc()
+
+
+@_quietly
 def count_blob_error(op: str, _error: BaseException) -> None:
     BLOB_ERRORS.labels(op).inc()
 
 
+@_quietly
 def store_error(exc: BaseException) -> None:
     """Count a task's retry or failure caused by a store error (StoreError's code)."""
     if isinstance(exc, StoreError):

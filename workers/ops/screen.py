@@ -72,9 +72,10 @@ def _broker(grid: Table, snap: dict[str, Any]) -> None:
     if not workers:
         grid.add_row("workers", Text("none seen (no liveness key is current)", style="yellow"))
     for k, w in enumerate(workers):
-        stale = w["seen_s_ago"] > 15
-        text = Text(f"{w['node']} ({w['host']} pid {w['pid']})  seen {w['seen_s_ago']:.0f} s ago  "
-                    f"holding {w['holding']}", style="yellow" if stale else "")
+        seen = "?" if w["seen_s_ago"] is None else f"{w['seen_s_ago']:.0f}"
+        text = Text(f"{w['node']} ({w['host']} pid {w['pid']})  seen {seen} s ago  "
+                    f"holding {w['holding']}" + ("  late" if w["late"] else ""),
+                    style="yellow" if w["late"] else "")
         grid.add_row("workers" if k == 0 else "", text)
 
 

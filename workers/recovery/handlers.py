@@ -31,7 +31,7 @@ from chain import ParseError, hex_to_hash, parse_tx
 from stores.blob.protocol import BlobNotFound, blob_key
 from stores.errors import StorageError
 from stores.state.recovery import DONE, PENDING, RecoveryEntry
-from stores.utxo import TxNotFound
+from stores.utxo import TxNotFound, UtxoError
 from stores.utxo.twophase import park
 from workers.mempool import apply_tx, waiting_for_parents
 from workers.ops import metrics
@@ -70,7 +70,7 @@ def _tx(svc: Services, entry: RecoveryEntry) -> Verdict:
     except ParseError as e:
         return Verdict("deleted", f"deleted: its blob does not parse ({e})")
     refused = apply_tx(svc.utxo, tx)
-    if refused is None:
+    if not isinstance(refused, UtxoError):
         svc.registry.done(entry.ident, accepted=True)
         return _by_record(svc, txid) or Verdict(PENDING, "processed again: accepted", True)
     if waiting_for_parents(refused):
@@ -130,7 +130,7 @@ def release_all(svc: Services, entries: list[RecoveryEntry]) -> list[dict[str, A
             log.exception("recovering %s failed", e.ident)
             status, outcome, seen = Verdict(PENDING, f"failed: {type(err).__name__}: {err}")
         released = svc.state.recovery_release(e.ident, e.holder, outcome, status, accepted=seen)
-        metrics.RECOVERY_CLAIMS.labels(e.kind, status if released else "lost").inc()
+        metrics.recovery_claim(e.kind, status if released else "lost")
         if released and e.kind == "tx" and status not in (PENDING, DONE):
             svc.registry.done(e.ident)  # its message, if still pending, has nothing left to do
         out.append({"ident": e.ident, "status": status, "outcome": outcome, "released": released})

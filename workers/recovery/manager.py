@@ -29,6 +29,7 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from typing import Any
 
 from stores.errors import StorageError
@@ -40,6 +41,9 @@ from workers.recovery.leader import Leadership
 from workers.settings import Settings
 
 log = logging.getLogger("utxoflow.recovery")
+# what a scan counts (kind, outcome) in the state store's recovery_counts (`utxo recover`, metrics)
+GIVEN_BACK, RESENT, TAKEN_UP = ("message", "given back"), ("message", "re-sent"), ("block", "chain taken up")
+COUNTED = (GIVEN_BACK, RESENT, TAKEN_UP)
 FAILED_SCANS = 3  # scans in a row that fail before a leader lets go (and waits a lease)
 
 # (claimed, holder) → what became of each
@@ -85,12 +89,12 @@ class RecoveryManager:
         report: dict[str, Any] = {"leader": self.instance, "led_at": round(time.time(), 3)}
         if self.restore is not None:
             report["messages"] = got = self._step("giving back dead workers' messages", self.restore)
-            self._count("message", "given back", got.get("restored", 0))
+            self._count(GIVEN_BACK, got.get("restored", 0))
         if self.requeue is not None and self._due("requeue", self.s.requeue_interval):
             report["requeue"] = got = self._step("re-sending lost messages", self.requeue)
-            self._count("message", "re-sent", got.get("resent", 0))
+            self._count(RESENT, got.get("resent", 0))
         report["chain"] = got = self._step("looking at the chain", self._chain)
-        self._count("block", "chain taken up", int("resumed" in got))
+        self._count(TAKEN_UP, int("resumed" in got))
         # a scan of the UTXO store (on Aerospike, of the whole set): once a lease is enough, as a
         # creation is only found once its lock has lapsed anyway
         if self.half_done is not None and self._due("creations", self.s.recovery_lease):
@@ -104,9 +108,9 @@ class RecoveryManager:
             report["handled"] = self.dispatch(claimed, holder)
         return report
 
-    def _count(self, kind: str, outcome: str, n: int) -> None:
+    def _count(self, what: tuple[str, str], n: int) -> None:
         def count() -> dict[str, Any]:
-            self.state.recovery_count(kind, outcome, n)
+            self.state.recovery_count(*what, n)
             return {}
 
         if n:
@@ -187,10 +191,10 @@ class RecoveryManager:
 
 def broker_requeue(state: StateStore, broker: BrokerRun, after_s: float) -> Callable[[], dict[str, Any]]:
     """The re-sending scan of workers/requeue.py, as a manager's step."""
-    from workers.ingest import publish
+    from workers.ingest import publish_known
     from workers.requeue import requeue
 
     def step() -> dict[str, Any]:
-        return requeue(state, broker.current(fresh=True), after_s, publish).to_json()
+        return requeue(state, broker.current(fresh=True), after_s, partial(publish_known, state)).to_json()
 
     return step

@@ -54,7 +54,12 @@ def build(settings: Settings, state: StateStore, dispatch: Dispatch, app: Any) -
         return found
 
     def send(task: str, args: list[Any]) -> None:
-        app.send_task(task, args=args)
+        from workers.ingest import BLOCK_TASK, publish_known
+
+        if task == BLOCK_TASK:  # (short id, height and hash in Flower, as every block message)
+            publish_known(state, task, *args)
+        else:
+            app.send_task(task, args=args)
 
     restore = None
     if is_redis(settings.broker_url):
