@@ -1,13 +1,16 @@
 """The deployment examples in deploy/ use only real settings and real `utxo` commands, and keep
 the properties deploy/README.md promises (workers scale, one beat, Flower behind basic auth,
 Prometheus scrapes what serves metrics, Grafana's dashboard finds its datasource, nothing but
-Flower and Grafana published, on loopback). Plain parsing: no Docker, no cluster."""
+Flower and Grafana published, on loopback; in Kubernetes, Prometheus and Grafana run compose's own
+files and nothing is exposed outside the cluster). Plain parsing: no Docker, no cluster."""
 
 from __future__ import annotations
 
 import json
 import re
 import shlex
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -310,20 +313,21 @@ def test_bind_mounts_exist() -> None:
                 assert (here / source).exists(), f"{name}: {source} (for {target}) is missing"
 
 
+def datasources(node: Any) -> Iterator[Any]:
+    """Every `datasource` a dashboard (or a part of one) names."""
+    if isinstance(node, dict):
+        if "datasource" in node:
+            yield node["datasource"]
+        for v in node.values():
+            yield from datasources(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from datasources(v)
+
+
 def test_grafana_loads_the_dashboard_with_its_datasource() -> None:
     assert DASHBOARD.is_file(), f"{DASHBOARD} is missing: compose mounts it into Grafana"
     dashboard = json.loads(DASHBOARD.read_text())
-
-    def datasources(node: Any) -> Iterator[Any]:
-        if isinstance(node, dict):
-            if "datasource" in node:
-                yield node["datasource"]
-            for v in node.values():
-                yield from datasources(v)
-        elif isinstance(node, list):
-            for v in node:
-                yield from datasources(v)
-
     used = list(datasources(dashboard))
     assert used, "the dashboard names no datasource"
     provisioning = GRAFANA / "provisioning"
@@ -392,8 +396,261 @@ def test_k8s_pods_are_scraped_where_they_serve_metrics() -> None:
     assert metrics_port_["port"] == served["utxo-metrics"] and metrics_port_["targetPort"] == "metrics"
 
     (job,) = yaml.safe_load((DEPLOY / "prometheus" / "kubernetes.yml").read_text())["scrape_configs"]
-    assert job["kubernetes_sd_configs"] == [{"role": "pod"}]
+    (sd,) = job["kubernetes_sd_configs"]
+    assert sd["role"] == "pod"
+    # The Role of k8s-monitoring lets it list the pods of its own namespace, not every namespace's.
+    assert sd["namespaces"] == {"own_namespace": True}, "discover the pods of Prometheus's namespace"
+    # The dashboard's rate()s over [1m] need several samples a minute, as compose's Prometheus takes.
+    assert job["scrape_interval"] == PROMETHEUS["global"]["scrape_interval"]
     sources = {tuple(r.get("source_labels", [])) for r in job["relabel_configs"]}
     for a in SCRAPE_ANNOTATIONS:
         label = "__meta_kubernetes_pod_annotation_" + re.sub(r"[^a-z0-9]", "_", a)
         assert any(label in s for s in sources), f"{a} is not honoured"
+
+
+# --- Kubernetes with Prometheus and Grafana: deploy/kustomization.yaml ---------------------------
+
+KUSTOMIZATION: dict[str, Any] = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+MONITORING: list[dict[str, Any]] = [
+    doc for r in KUSTOMIZATION["resources"] if (DEPLOY / r).is_file()
+    for doc in yaml.safe_load_all((DEPLOY / r).read_text()) if doc
+]
+AEROSPIKE_K8S: list[dict[str, Any]] = [
+    doc for doc in yaml.safe_load_all((DEPLOY / "aerospike" / "aerospike.yaml").read_text()) if doc
+]
+WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet")
+MONITORING_SECRETS = DEPLOY / "k8s-monitoring" / "secret.example.yaml"
+
+
+def monitoring(kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in MONITORING if d["kind"] == kind}
+
+
+def generated() -> dict[str, dict[str, Path]]:
+    """ConfigMap name: {key: the file it holds}, from the kustomization's configMapGenerator."""
+    maps: dict[str, dict[str, Path]] = {}
+    for gen in KUSTOMIZATION.get("configMapGenerator", []):
+        files = {}
+        for f in gen.get("files", []):
+            key, _, path = f.rpartition("=")  # `key=path`, or `path` (the key is its name)
+            files[key or Path(path).name] = DEPLOY / path
+        maps[gen["name"]] = files
+    return maps
+
+
+def monitoring_pod(image: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(pod template, container) of the one workload of the kustomization that runs IMAGE."""
+    ((template, container),) = [
+        (d["spec"]["template"], c) for d in MONITORING if d["kind"] in WORKLOADS
+        for c in d["spec"]["template"]["spec"]["containers"] if c["image"].rsplit(":", 1)[0] == image
+    ]
+    return template, container
+
+
+def mounted_files(template: dict[str, Any], container: dict[str, Any]) -> dict[str, Path]:
+    """Path in the container: the file of deploy/ it is, for every generated ConfigMap mounted."""
+    volumes = {v["name"]: v for v in template["spec"].get("volumes", [])}
+    maps = generated()
+    files = {}
+    for m in container.get("volumeMounts", []):
+        cm = volumes.get(m["name"], {}).get("configMap")  # not there: a volumeClaimTemplate
+        if cm is None:
+            continue
+        held = maps.get(cm["name"], {})
+        items = {i["key"]: i["path"] for i in cm.get("items", [])} or {k: k for k in held}
+        for key, path in items.items():
+            if "subPath" not in m:
+                files[f"{m['mountPath']}/{path}"] = held[key]
+            elif m["subPath"] == path:
+                files[m["mountPath"]] = held[key]
+    return files
+
+
+def test_the_monitoring_kustomization_names_files_that_exist() -> None:
+    resources = KUSTOMIZATION["resources"]
+    assert {"k8s", "aerospike"} & set(resources), "it adds Prometheus and Grafana to the app of k8s/"
+    for r in resources:
+        assert (DEPLOY / r).is_file() or (DEPLOY / r / "kustomization.yaml").is_file(), f"{r} is missing"
+    # The user makes the Secrets: change-me must never ship.
+    assert not any(r.endswith("secret.example.yaml") for r in resources), resources
+    assert "secretGenerator" not in KUSTOMIZATION and not monitoring("Secret")
+    assert MONITORING_SECRETS.is_file()
+    maps = generated()
+    assert maps, "no ConfigMap generated"
+    for name, files in maps.items():
+        for key, source in files.items():
+            # kustomize refuses a file outside its kustomization's directory.
+            assert ".." not in source.relative_to(DEPLOY).parts, f"{name}: {source}"
+            assert source.is_file(), f"{name}: {source} (key {key}) is missing"
+
+
+def test_monitoring_pods_use_only_configmaps_that_exist() -> None:
+    defined = set(generated()) | {
+        d["metadata"]["name"] for d in [*K8S, *MONITORING] if d["kind"] == "ConfigMap"}
+    used = set()
+    for d in MONITORING:
+        if d["kind"] not in WORKLOADS:
+            continue
+        spec = d["spec"]["template"]["spec"]
+        for v in spec.get("volumes", []):
+            sources = [v, *v.get("projected", {}).get("sources", [])]
+            used |= {s["configMap"]["name"] for s in sources if "configMap" in s}
+        for c in spec["containers"]:
+            used |= {e["configMapRef"]["name"] for e in c.get("envFrom", []) if "configMapRef" in e}
+    assert used, "Prometheus and Grafana mount no ConfigMap"
+    assert used <= defined, f"neither generated nor defined: {sorted(used - defined)}"
+    assert set(generated()) <= used, f"generated, used by no pod: {sorted(set(generated()) - used)}"
+
+
+def test_k8s_prometheus_runs_the_kubernetes_job() -> None:
+    template, container = monitoring_pod("prom/prometheus")
+    assert container["image"] == SERVICES["prometheus"]["image"], "the same Prometheus as compose's"
+    args = dict(a.removeprefix("--").split("=", 1) for a in container.get("args", []) if "=" in a)
+    config = args.get("config.file", "/etc/prometheus/prometheus.yml")  # the image's default
+    assert mounted_files(template, container).get(config) == DEPLOY / "prometheus" / "kubernetes.yml", config
+    data = args.get("storage.tsdb.path", "/prometheus")
+    assert data in {m["mountPath"] for m in container["volumeMounts"]}, "its data needs a volume"
+    # The image's user is a name (nobody): runAsNonRoot refuses to start it unless given a number.
+    user = container.get("securityContext", {}).get(
+        "runAsUser", template["spec"].get("securityContext", {}).get("runAsUser"))
+    assert isinstance(user, int) and user != 0
+    # Discovered through the annotated pods only: an annotated Service would be scraped twice.
+    for name, d in [*monitoring("Service").items(), *((n, w["spec"]["template"]) for n, w in (
+            *monitoring("Deployment").items(), *monitoring("StatefulSet").items()))]:
+        assert "prometheus.io/scrape" not in d["metadata"].get("annotations", {}), name
+
+
+def test_k8s_prometheus_may_list_and_watch_pods_and_no_more() -> None:
+    template, _ = monitoring_pod("prom/prometheus")
+    account = template["spec"].get("serviceAccountName")
+    assert account in monitoring("ServiceAccount"), "discovery lists pods as a ServiceAccount of its own"
+    bindings = [
+        b for b in MONITORING if b["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and any(s["kind"] == "ServiceAccount" and s["name"] == account for s in b.get("subjects", []))
+    ]
+    assert bindings, f"no role is bound to {account}"
+    granted = set()
+    for b in bindings:
+        if b["kind"] == "ClusterRoleBinding":  # a RoleBinding's ServiceAccount is its own namespace's
+            assert all(s.get("namespace") for s in b["subjects"] if s["kind"] == "ServiceAccount"), b
+        role = monitoring(b["roleRef"]["kind"])[b["roleRef"]["name"]]
+        for rule in role["rules"]:
+            assert set(rule["verbs"]) <= {"get", "list", "watch"}, f"more than reading: {rule}"
+            if "" in rule.get("apiGroups", []):
+                granted |= {(r, v) for r in rule["resources"] for v in rule["verbs"]}
+    assert {("pods", "list"), ("pods", "watch")} <= granted, granted
+    if all(b["kind"] == "RoleBinding" for b in bindings):
+        # Allowed in its namespace only: discovery must not ask for every namespace's pods.
+        (job,) = yaml.safe_load((DEPLOY / "prometheus" / "kubernetes.yml").read_text())["scrape_configs"]
+        assert all(sd.get("namespaces", {}).get("own_namespace") for sd in job["kubernetes_sd_configs"])
+
+
+def test_k8s_grafana_runs_compose_provisioning_and_dashboard() -> None:
+    template, container = monitoring_pod("grafana/grafana")
+    grafana = SERVICES["grafana"]
+    assert container["image"] == grafana["image"], "the same Grafana as compose's"
+    files = mounted_files(template, container)
+    # compose's bind mounts, file by file: the same files at the same paths.
+    expected = {}
+    for target, source in bind_mounts(grafana).items():
+        path = DEPLOY / source
+        expected |= {f"{target}/{f.name}": f for f in path.iterdir() if f.is_file()} if path.is_dir() else {
+            target: path}
+    assert expected and {t: files.get(t) for t in expected} == expected
+
+    env = {e["name"]: e for e in container.get("env", [])}
+    home = env.get("GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH", {}).get("value")
+    assert home is None or files.get(home) == DASHBOARD, home
+    providers = [p for f, src in files.items() if f.startswith("/etc/grafana/provisioning/dashboards/")
+                 for p in yaml.safe_load(src.read_text())["providers"]]
+    loaded = [src for p in providers for f, src in files.items() if f.startswith(f"{p['options']['path']}/")]
+    assert DASHBOARD in loaded, "no provider loads the dashboard"
+    (ds,) = [d for f, src in files.items() if f.startswith("/etc/grafana/provisioning/datasources/")
+             for d in yaml.safe_load(src.read_text())["datasources"]]
+    used = list(datasources(json.loads(DASHBOARD.read_text())))
+    assert used and all(d == {"type": ds["type"], "uid": ds["uid"]} for d in used), "the dashboard's uid"
+
+    # The datasource's URL is the Service of the Prometheus pod, on its port.
+    url = urlsplit(ds["url"])
+    service = monitoring("Service").get(url.hostname or "")
+    assert service, f"{ds['url']}: no Service {url.hostname}"
+    prom_template, prom = monitoring_pod("prom/prometheus")
+    assert service["spec"]["selector"].items() <= prom_template["metadata"]["labels"].items()
+    (port,) = [p for p in service["spec"]["ports"] if p["port"] == url.port]
+    assert port["targetPort"] in {q["name"] for q in prom["ports"] if q["containerPort"] == 9090}
+    (grafana_service,) = [s for s in monitoring("Service").values()
+                          if s["spec"]["selector"].items() <= template["metadata"]["labels"].items()]
+    assert [p["port"] for p in grafana_service["spec"]["ports"]] == [3000]
+
+    # The admin password is the user's Secret, made from the example left out of the kustomization.
+    password = env["GF_SECURITY_ADMIN_PASSWORD"]
+    assert "value" not in password, "the admin password comes from a Secret"
+    ref = password["valueFrom"]["secretKeyRef"]
+    secrets = {d["metadata"]["name"]: d for d in yaml.safe_load_all(MONITORING_SECRETS.read_text())}
+    assert secrets[ref["name"]]["stringData"][ref["key"]], ref
+
+
+def k8s_workloads() -> Iterator[tuple[str, dict[str, Any]]]:
+    """(kind name, pod spec) of every Kubernetes workload of deploy/."""
+    for d in [*K8S, *MONITORING, *AEROSPIKE_K8S]:
+        if d["kind"] in WORKLOADS:
+            yield f"{d['kind']} {d['metadata']['name']}", d["spec"]["template"]["spec"]
+
+
+def test_k8s_exposes_nothing_outside_the_cluster() -> None:
+    for d in [*K8S, *MONITORING, *AEROSPIKE_K8S]:
+        name = f"{d['kind']} {d.get('metadata', {}).get('name')}"
+        assert d["kind"] not in ("Ingress", "Gateway", "HTTPRoute", "Route"), name
+        if d["kind"] == "Service":
+            assert d["spec"].get("type", "ClusterIP") == "ClusterIP", name
+            assert not d["spec"].get("externalIPs"), name
+    for name, spec in k8s_workloads():
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            assert not spec.get(key), f"{name}: {key}"
+        for c in [*spec["containers"], *spec.get("initContainers", [])]:
+            assert not any("hostPort" in p for p in c.get("ports", [])), f"{name}: hostPort"
+
+
+def test_k8s_images_are_pinned() -> None:
+    for name, spec in k8s_workloads():
+        for c in [*spec["containers"], *spec.get("initContainers", [])]:
+            image = c["image"]
+            tag = image.rsplit("/", 1)[-1].partition(":")[2]  # a registry's :port is not the tag
+            assert "@sha256:" in image or tag not in ("", "latest"), f"{name}: {image}"
+    for k in (yaml.safe_load((DEPLOY / "k8s" / "kustomization.yaml").read_text()), KUSTOMIZATION):
+        assert all(str(i.get("newTag", "")) != "latest" for i in k.get("images", [])), k["images"]
+
+
+def test_k8s_app_and_monitoring_pods_run_unprivileged_with_bounded_memory() -> None:
+    for d in [*K8S, *MONITORING]:
+        if d["kind"] not in WORKLOADS:
+            continue
+        name, spec = f"{d['kind']} {d['metadata']['name']}", d["spec"]["template"]["spec"]
+        assert spec.get("securityContext", {}).get("runAsNonRoot") is True, name
+        for c in spec["containers"]:
+            sc = c.get("securityContext", {})
+            assert sc.get("allowPrivilegeEscalation") is False and not sc.get("privileged"), name
+            assert sc.get("capabilities", {}).get("drop") == ["ALL"], name
+            resources = c.get("resources", {})
+            assert resources.get("requests", {}).get("memory"), name
+            assert resources.get("limits", {}).get("memory"), name
+
+
+KUSTOMIZE = (["kubectl", "kustomize"] if shutil.which("kubectl")
+             else ["kustomize", "build"] if shutil.which("kustomize") else None)
+
+
+@pytest.mark.skipif(KUSTOMIZE is None, reason="neither kubectl nor kustomize is installed")
+@pytest.mark.parametrize("root", ["k8s", "aerospike", "."])
+def test_kustomize_builds(root: str) -> None:
+    """Local, no cluster: kustomize accepts the layout (files under each kustomization's directory),
+    and every ConfigMap a built pod mounts is in the build, generated names and all."""
+    assert KUSTOMIZE is not None
+    run = subprocess.run([*KUSTOMIZE, str(DEPLOY / root)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    docs = [d for d in yaml.safe_load_all(run.stdout) if d]
+    configmaps = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
+    for d in docs:
+        if d["kind"] in WORKLOADS:
+            for v in d["spec"]["template"]["spec"].get("volumes", []):
+                assert "configMap" not in v or v["configMap"]["name"] in configmaps, d["metadata"]["name"]
