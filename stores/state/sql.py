@@ -45,6 +45,9 @@ def _ddl(blob: str, bigint: str) -> list[str]:
             received_at {bigint} NOT NULL
         )""",
         "CREATE INDEX IF NOT EXISTS blocks_parent ON blocks (parent)",
+        # `block_summary` (every scrape of `utxo metrics`, every `utxo status`): an index-only
+        # count; a scan of the table took 0.45 s at 900,000 blocks on SQLite, this 0.1 s
+        "CREATE INDEX IF NOT EXISTS blocks_status ON blocks (status, height)",
         "CREATE INDEX IF NOT EXISTS blocks_best ON blocks (work, seq) "
         "WHERE status IN ('pending', 'applied', 'side')",
         "CREATE TABLE IF NOT EXISTS chain (key TEXT PRIMARY KEY, value TEXT NOT NULL)",

@@ -641,3 +641,30 @@ def test_a_refused_store_leaves_no_connection_open(state_url: str) -> None:
             open_state_store(state_url)
         errors.append(err.value)  # kept alive, as a caller's traceback would keep the store
     assert _connections(state_url) == before
+
+
+# -- block_summary (utxo status, utxo metrics) ----------------------------------------------------
+
+
+def test_block_summary_counts_each_status_with_its_highest_height(state: StateStore) -> None:
+    """Against a model of what was added and changed: per status, how many and the highest
+    height (None for orphans, which have none)."""
+    assert state.block_summary() == {}
+    rng = random.Random(7)
+    model: dict[bytes, tuple[BlockStatus, int | None]] = {}
+    for n in range(60):
+        status = rng.choice([P, A, S, ORPH, INV])
+        height = None if status is ORPH else rng.randrange(1, 1000)
+        add(state, n, height=height, work=None if height is None else n, status=status)
+        model[h(n)] = (status, height)
+    for n in rng.sample(range(60), 15):  # status changes move a block between the counts
+        if model[h(n)][0] is not ORPH:
+            state.update_block(h(n), status=A)
+            model[h(n)] = (A, model[h(n)][1])
+
+    want: dict[str, tuple[int, int | None]] = {}
+    for status, height in model.values():
+        n, top = want.get(status.value, (0, None))
+        tops = [x for x in (top, height) if x is not None]
+        want[status.value] = (n + 1, max(tops) if tops else None)
+    assert state.block_summary() == want

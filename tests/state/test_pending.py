@@ -228,3 +228,15 @@ def test_processes_claiming_at_once_never_share_an_entry(state: StateStore, stat
     assert sorted(everyone) == sorted(added), [g for g in everyone if not g.startswith("tx:")]
     assert {(e.broker_run, e.sends) for e in state.pending()} == {(RUN, 2)}
 
+
+
+def test_pending_counts_per_kind_follow_adds_and_removes(state: StateStore) -> None:
+    assert state.pending_counts() == {}
+    blocks = [add(state, "block", n) for n in range(3)]
+    txs = [add(state, "tx", n) for n in range(5)]
+    add(state, "tx", 0)  # (added again: still one)
+    assert state.pending_counts() == {"block": 3, "tx": 5}
+    state.remove_pending(blocks[0])
+    for t in txs:
+        state.remove_pending(t, accepted=True)
+    assert state.pending_counts() == {"block": 2}
