@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from stores.utxo import SpendStatus, open_utxo_store
+from tests.aerospike_server import needs_aerospike
 from tests.stores.conftest import PAGE
 from tests.stores.helpers import child, uhash
 from tests.stores.test_twophase import N_OUT, big_tx, real_vouts
@@ -27,7 +28,6 @@ def test_a_store_opened_with_another_page_size_uses_its_own(
         assert store.create(tx, 100).total_extra_recs == 2
     finally:
         store.close()
-    other = min(other, 8192) if store_url.startswith("aerospike") else other  # (its cap)
     with caplog.at_level(logging.WARNING, logger="utxoflow.store"):
         for create in (True, False):  # a worker's open, a reader's
             again = open_utxo_store(store_url, batch_size=other, blob_url=blobs, create=create)
@@ -55,3 +55,16 @@ def test_a_store_opened_with_another_page_size_uses_its_own(
         same = open_utxo_store(store_url, batch_size=PAGE, blob_url=blobs)
         same.close()
     assert not any("UTXO_BATCH_SIZE" in r.getMessage() for r in caplog.records)  # said once already
+
+
+@pytest.mark.parametrize("store_url", [pytest.param("aerospike", marks=needs_aerospike)], indirect=True)
+def test_aerospike_refuses_a_new_store_of_pages_it_cannot_hold(store_url: str, tmp_path: Path) -> None:
+    """Its cap (a record holds batch_size 68-byte slots, under 1 MiB) binds a new store only: an
+    existing one is opened with any setting (above)."""
+    with pytest.raises(ValueError, match=r"UTXO_BATCH_SIZE.*1 to 8192 on Aerospike, got 8193"):
+        open_utxo_store(store_url, batch_size=8193, blob_url=f"file://{tmp_path}/blobs")
+    store = open_utxo_store(store_url, batch_size=8192, blob_url=f"file://{tmp_path}/blobs")
+    try:  # (nothing of the refused one was left behind: this one is new, at the cap)
+        assert store.batch_size == 8192
+    finally:
+        store.close()

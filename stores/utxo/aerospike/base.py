@@ -202,6 +202,12 @@ class AerospikeBase:
         if not meta:
             if not may_create:
                 raise StorageError(f"no UTXO store at {self.url_safe}")
+            if self.batch_size > codec.MAX_BATCH_SIZE:  # (a new store only: an old one keeps its own)
+                raise ValueError(
+                    f"batch_size (UTXO_BATCH_SIZE) must be 1 to {codec.MAX_BATCH_SIZE} on Aerospike, "
+                    f"got {self.batch_size}: a record holds that many 68-byte slots, every spend "
+                    "rewrites it whole, and a record is capped at 1 MiB"
+                )
             self._set_meta(schema=SCHEMA_VERSION, batchSize=self.batch_size)
             return
         if meta.get("schema") != SCHEMA_VERSION:

@@ -54,13 +54,10 @@ class AerospikeUtxoStore(ReadMixin, PruneMixin, StateMixin, SpendMixin):
     ) -> None:
         """As `stores.utxo.sql.store.SqlUtxoStore`: `create=False` opens an existing store only;
         `batch_size` is fixed when the store is created (its default and cap are Aerospike's
-        own: `codec.DEFAULT_BATCH_SIZE`); `retention` 0 means never prune."""
-        if not 0 < batch_size <= codec.MAX_BATCH_SIZE:
-            raise ValueError(
-                f"batch_size (UTXO_BATCH_SIZE) must be 1 to {codec.MAX_BATCH_SIZE} on Aerospike, "
-                f"got {batch_size}: a record holds that many 68-byte slots, every spend rewrites it "
-                "whole, and a record is capped at 1 MiB"
-            )
+        own: `codec.DEFAULT_BATCH_SIZE`; an existing store keeps its own whatever is asked:
+        `_check_schema`); `retention` 0 means never prune."""
+        if batch_size <= 0:
+            raise ValueError(f"batch_size (UTXO_BATCH_SIZE) must be 1 or more, got {batch_size}")
         if retention < 0:
             raise ValueError(f"retention must be 0 (never prune) or more, got {retention}")
         self.url = url
