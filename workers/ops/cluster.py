@@ -19,6 +19,7 @@ from kombu.transport.redis import PRIORITY_STEPS, Channel
 import celeryconfig
 from stores.sqldb import mask_url
 from stores.state import BlockStatus, StateStore, open_state_store
+from stores.state.prunejobs import PENDING, RUNNING
 from workers.broker import is_redis
 from workers.recovery.liveness import ALIVE, TAKEN, UNACKED
 from workers.settings import Settings
@@ -67,7 +68,7 @@ def _from_state(state: StateStore) -> dict[str, Any]:
     best = None if best_entry is None else best_entry.height
     tip_height = None if tip is None else tip.height
     running, pending = state.prune_open_jobs()
-    finished = next((j for j in state.prune_jobs(20) if j.status not in ("pending", "running")), None)
+    finished = next((j for j in state.prune_jobs(20) if j.status not in (PENDING, RUNNING)), None)
     rec = state.recovery_summary(0)
     return {
         "chain": {
