@@ -20,6 +20,7 @@ from workers.cli.progress import Reporter
 
 if TYPE_CHECKING:
     from workers.ingest import CheckedBlock
+    from workers.services import Services
 
 T = TypeVar("T")
 
@@ -56,20 +57,15 @@ def enqueue_group() -> None:
 def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
     """Binary or hex blocks, or Bitcoin Core blk*.dat files (any network magic); - is stdin."""
     from workers.ingest import read_blocks, submit_block
-    from workers.services import services
 
-    _export(obj)
-    blocks = _parse_all(files, read_blocks)
-    obj.broker_url("; nothing was enqueued")
-    svc = services()
-    _check_joins(svc.utxo.snapshot_block(), blocks)
-    _check_broker(obj)
-
-    def one(block: CheckedBlock) -> dict[str, Any]:
+    def one(svc: Services, block: CheckedBlock) -> dict[str, Any]:
         submit_block(block.raw, svc, block)
         return {"enqueued": "block", "hash": block.hash_hex, "txs": block.n_txs}
 
-    _send_all(obj, blocks, "blocks", "blocks", one)
+    def joins(svc: Services, blocks: list[CheckedBlock]) -> None:
+        _check_joins(svc.utxo.snapshot_block(), blocks)
+
+    _enqueue(obj, files, read_blocks, "blocks", "blocks", one, joins)
 
 
 @enqueue_group.command("tx")
@@ -78,30 +74,39 @@ def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
 def enqueue_tx(obj: Context, files: tuple[str, ...]) -> None:
     """A binary transaction per file, or hex transactions one per line (standard or BIP-239)."""
     from workers.ingest import read_txs, submit_tx
-    from workers.services import services
 
-    _export(obj)
-    txs = _parse_all(files, read_txs)
-    obj.broker_url("; nothing was enqueued")
-    svc = services()
-    _check_broker(obj)
-
-    def one(tx: Tx) -> dict[str, Any]:
+    def one(svc: Services, tx: Tx) -> dict[str, Any]:
         submit_tx(tx.serialize(extended=True) if tx.is_extended else tx.raw, svc)
         return {"enqueued": "tx", "txid": tx.txid_hex}
 
-    _send_all(obj, txs, "txs", "transactions", one)
+    _enqueue(obj, files, read_txs, "txs", "transactions", one)
 
 
-def _send_all(
-    obj: Context, items: list[T], unit: str, what: str, send: Callable[[T], dict[str, Any]]
+def _enqueue(
+    obj: Context,
+    files: tuple[str, ...],
+    read: Callable[[bytes, str], list[T]],
+    unit: str,
+    what: str,
+    send: Callable[[Services, T], dict[str, Any]],
+    check: Callable[[Services, list[T]], None] | None = None,
 ) -> None:
-    """Send each item (its JSON line on stdout once sent), with progress on stderr; a broker
-    that fails part-way says how far the input got (`_broker_errors`)."""
+    """Everything read and checked first — the files, the broker URL, what the store can tell
+    (`check`), the broker answering — and only then each item sent, its JSON line on stdout once
+    sent, with progress on stderr; a broker that fails part-way says how far the input got."""
+    from workers.services import services
+
+    _export(obj)
+    items = _parse_all(files, read)
+    obj.broker_url("; nothing was enqueued")
+    svc = services()
+    if check is not None:
+        check(svc, items)
+    _check_broker(obj)
     with Reporter() as rep, rep.step(f"enqueue {unit}", len(items), unit) as advance:
         for k, item in enumerate(items):
             with _broker_errors(obj, k, len(items), what):
-                line = send(item)
+                line = send(svc, item)
             emit(line)
             advance(1)
 
