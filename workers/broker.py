@@ -62,6 +62,15 @@ def url_problem(url: str) -> str | None:
     return None
 
 
+def url_error(url: str) -> str | None:
+    """The one line that refuses a broker URL that cannot work (`url_problem`), naming the
+    setting and the URL with its password masked; None when it may work."""
+    from stores.sqldb import mask_url
+
+    problem = url_problem(url)
+    return None if problem is None else f"UTXO_BROKER_URL ({mask_url(url)}): {problem}"
+
+
 class BrokerUnreachable(Exception):
     """The broker did not answer: nothing can be sent now."""
 

@@ -36,13 +36,13 @@ class CannotStart(ValueError):
 def check_stores(s: Settings) -> None:
     """Open and close each store of `s` (the blob store first: the UTXO store opens it too),
     waiting up to `s.store_wait` seconds for one that cannot be reached yet; before them, the
-    broker URL must be one that can work (workers.broker.url_problem: Celery would fail on it
+    broker URL must be one that can work (workers.broker.url_error: Celery would fail on it
     only once started, with a traceback)."""
-    from workers.broker import url_problem
+    from workers.broker import url_error
 
-    problem = url_problem(s.broker_url)
-    if problem is not None:
-        raise CannotStart(f"UTXO_BROKER_URL ({mask_url(s.broker_url)}): {problem}")
+    error = url_error(s.broker_url)
+    if error is not None:
+        raise CannotStart(error)
     openers: list[tuple[str, str, Callable[[], Any]]] = [
         ("UTXO_BLOB_URL", s.blob_url, lambda: open_blob_store(s.blob_url)),
         ("UTXO_STATE_URL", s.state_url, lambda: open_state_store(s.state_url)),

@@ -56,14 +56,13 @@ class Context:
 
     def broker_url(self, then: str = "") -> str:
         """UTXO_BROKER_URL, refused (BadInput naming it, then `then`) when it cannot work at all
-        (workers.broker.url_problem): checked before anything is started, opened or sent."""
-        from stores.sqldb import mask_url
-        from workers.broker import url_problem
+        (workers.broker.url_error): checked before anything is started, opened or sent."""
+        from workers.broker import url_error
 
         url = self.settings.broker_url
-        problem = url_problem(url)
-        if problem is not None:
-            raise BadInput(f"UTXO_BROKER_URL ({mask_url(url)}): {problem}{then}")
+        error = url_error(url)
+        if error is not None:
+            raise BadInput(error + then)
         return url
 
     def open_store(self, url: str | None = None, *, create: bool = True) -> UtxoStore:
