@@ -136,9 +136,12 @@ def test_a_two_worker_run_seen_through_metrics_status_and_the_dashboard(pipeline
         out: dict[str, Any] = json.loads(r.stdout)
         return out
 
+    def six_blocks_shown() -> dict[str, Any] | None:
+        s = status()
+        return s if round(s["rates"]["blocks"] * 60) == 6 else None
+
     # (each process hands its counts on within a second; the second still counting is left out)
-    s = until(lambda: (lambda s: s if round(s["rates"]["blocks"] * 60) == 6 else None)(status()), 10,
-              poll=0.5, why="the last minute's rates to show the six blocks")
+    s = until(six_blocks_shown, 10, poll=0.5, why="the last minute's rates to show the six blocks")
     assert s["chain"]["tip"] == {"height": tip["height"], "hash": tip["hash"]}
     assert s["chain"]["lag"] == 0 and s["chain"]["applying"] == []
     assert round(s["rates"]["block_txs"] * 60) == 6 * (per_block + 1)
