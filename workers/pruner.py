@@ -151,4 +151,3 @@ class Pruner:
     def help(self, key_hex: str, run: str, height: int, stable_at: int | None) -> int:
         """A chunk task's work: delete chunks of a run's posting until none is left."""
         return work_chunks(self, bytes.fromhex(key_hex), run, height, stable_at, holder_id())
-

@@ -69,14 +69,14 @@ def _tx(svc: Services, entry: RecoveryEntry) -> Verdict:
         tx = parse_tx(raw)
     except ParseError as e:
         return Verdict("deleted", f"deleted: its blob does not parse ({e})")
-    refused = apply_tx(svc.utxo, tx)
-    if not isinstance(refused, UtxoError):
+    applied = apply_tx(svc.utxo, tx)  # (the refusal, or whether this call made the record)
+    if not isinstance(applied, UtxoError):
         svc.registry.done(entry.ident, accepted=True)
         return _by_record(svc, txid) or Verdict(PENDING, "processed again: accepted", True)
-    if waiting_for_parents(refused):
-        return _not_found(svc, entry, f"its parents are not in the store ({refused})")
+    if waiting_for_parents(applied):
+        return _not_found(svc, entry, f"its parents are not in the store ({applied})")
     svc.registry.done(entry.ident)
-    return Verdict("deleted", f"deleted: refused ({refused})")
+    return Verdict("deleted", f"deleted: refused ({applied})")
 
 
 def _by_record(svc: Services, txid: bytes) -> Verdict | None:
