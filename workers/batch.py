@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from stores.state import BlockEntry, StateStore
+from stores.state import BlockEntry, Commitment, StateStore
 
 if TYPE_CHECKING:
     from workers.sequencer import Sequencer
@@ -45,6 +45,7 @@ class Applied:
     seconds: float
     txs: int
     phases: dict[str, float]  # seconds of each phase of applying it (workers.ops.metrics.phase)
+    commitment: Commitment  # the confirmed set as it leaves it (workers.commitment)
 
 
 class Batch:

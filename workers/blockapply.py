@@ -21,6 +21,8 @@ Invariants:
   already spent it long ago (the store leaves such an input out of its spends).
 - Disconnecting a block (a reorg) marks its transactions off the longest chain, then unsets its
   mining: they stay, unmined, with their spends, as mempool transactions would.
+- An applied block leaves its change to the confirmed set in `delta` (`workers.commitment`),
+  the outputs it spends read from the store after its checks and before its first write.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from stores.utxo import (
     UtxoStore,
     twophase,
 )
+from workers import commitment
 from workers.conflicts import BLOCK_SPEND, Conflicts, chunks
 from workers.fanout import Fanout, LocalFanout, Result
 from workers.ops import metrics
@@ -95,6 +98,7 @@ class BlockApplier(Conflicts):
     # after: one read of the block's transactions and their parents instead of two.
     _planned: tuple[Block, dict[bytes, Standing]] | None = None
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    delta: commitment.Delta | None = None  # the last applied block's change to the confirmed set
 
     # -- apply ---------------------------------------------------------------------------------
     def plan(self, block: Block) -> dict[str, Any]:
@@ -120,10 +124,12 @@ class BlockApplier(Conflicts):
         StorageError leaves it for a retry."""
         created = {bytes.fromhex(h) for h in undo["created"]}
         ctx = {"height": height, "block_id": block_id}
+        self.delta = None
         with self._noting(undo, save):
             try:
                 with metrics.phase("check", self.timings):
                     conflicting = self.check_known(block, created)
+                    spent = self.utxo.get_outputs(commitment.outside_inputs(block))
                 with metrics.phase("create", self.timings):
                     made = self.create_phase(block, created, ctx)
                 with metrics.phase("reclaim", self.timings):
@@ -135,6 +141,8 @@ class BlockApplier(Conflicts):
                 raise
         with metrics.phase("mine", self.timings):
             self.mine_phase(block, ctx, made)
+        with metrics.phase("commit", self.timings):
+            self.delta = commitment.block_delta(block, height, spent)
         if height > 0:  # a base block without BIP34 is height 0, which no store height may be
             self.utxo.set_block_height(height)
         return {"txs": len(block.txs), "created": len(created), "missing_inputs": skipped}

@@ -12,7 +12,8 @@ Invariants:
   back to the fork point, then apply the branch. A fork deeper than the retention is refused
   (the records it would need may be pruned).
 - Every step of the chain's state commits in one state-store transaction: a block (or a
-  batch of blocks) applied, their undo records marked and the tip moved; a block disconnected
+  batch of blocks) applied, their undo records marked, their commitments (`workers.commitment`)
+  written and the tip moved; a block disconnected
   and the tip moved down; a block refused with its descendants. The UTXO store's part of a step
   comes first; a worker that dies between the two leaves the `applying` mark (naming every
   block of a batch), and the next holder takes them back, the last first, and applies them
@@ -51,8 +52,9 @@ from stores.blob.protocol import BlobStore
 from stores.errors import StorageError
 from stores.lease import holder_id
 from stores.sqldb import same_sqlite_file
-from stores.state import BlockChange, BlockEntry, BlockStatus, StateStore
+from stores.state import BlockChange, BlockEntry, BlockStatus, Commitment, StateStore
 from stores.utxo import UtxoStore
+from workers import commitment
 from workers.batch import APPLYING, Applied, Batch, applying_blocks, mark
 from workers.blockapply import UNSEEN, BlockApplier, BlockRefused
 from workers.blockindex import (
@@ -126,6 +128,9 @@ class Sequencer:
         # blocks this worker's passes made final (applied, refused): their message ids go once
         # a pass ends with the chain at rest (`take_settled`), theirs or left to this worker
         self._settled: set[bytes] = set()
+        # the last block this worker applied, with its commitment: its child continues from it
+        # even before the batch holding it commits
+        self._last: tuple[bytes, Commitment] | None = None
 
     def take_settled(self) -> list[bytes]:
         """The blocks settled by this worker's passes since the last call (call it after an
@@ -199,6 +204,7 @@ class Sequencer:
 
     def _pass(self, check_budget: Callable[[], None]) -> BlockEntry | None:
         """Under the lease: finish what a dead worker left, rebase, then apply the best chain."""
+        self._last = None  # (a rebase changes heights, so commitments: none is carried over)
         self._take_back_unfinished()
         self._rebase(check_budget)
         while True:
@@ -309,6 +315,7 @@ class Sequencer:
             settle_block(self.state, e.hash, self.lease_s)
             self.applier.rollback(block, undo)  # left half applied (without its mark): start over
         undo = self.applier.plan(block) | {"state": "applying", "block_id": e.block_id, "height": e.height}
+        parent = self._parent_commitment(e)
         batch.begin()  # its transaction, open from its first block on (the plan saw what is in it)
         self.state.commit(undo={e.hash: undo}, meta={APPLYING: mark([*batch.hashes, e.hash])})
         t0 = time.perf_counter()
@@ -329,8 +336,27 @@ class Sequencer:
             return False
         finally:
             self.applier.heartbeat = _no_beat
-        batch.add(Applied(e, undo, counts, time.perf_counter() - t0, len(block.txs), self.applier.timings))
+        assert self.applier.delta is not None
+        made = commitment.advance(parent, self.applier.delta)
+        self._last = (e.hash, made)
+        seconds = time.perf_counter() - t0
+        batch.add(Applied(e, undo, counts, seconds, len(block.txs), self.applier.timings, made))
         return True
+
+    def _parent_commitment(self, e: BlockEntry) -> Commitment:
+        """The confirmed set's commitment as `e`'s parent left it (see `workers.commitment`)."""
+        if self._last is not None and self._last[0] == e.parent:
+            return self._last[1]  # applied just before, its commit perhaps still in the batch
+        p = self.state.get_block(e.parent)
+        if p is None or p.status is not BlockStatus.APPLIED:
+            return commitment.EMPTY  # the chain's first block
+        found = self.state.get_commitment(e.parent)
+        if found is None:  # applied before commitments were kept: it is the tip, its set is the store's
+            log.warning("block %s has no UTXO-set commitment: computing it from the store once",
+                        e.parent[::-1].hex())
+            found = commitment.of_utxos(self.utxo.iter_utxos(confirmed=True))
+            self.state.commit(commitments={e.parent: found})
+        return found
 
     @contextmanager
     def _batched(self) -> Iterator[Batch]:
@@ -362,6 +388,7 @@ class Sequencer:
             undo={a.entry.hash: a.undo | {"state": "applied"} for a in done},
             meta={APPLYING: mark(still or [])},
             prune_undo_below=None if keep else last.height - self.retention,
+            commitments={a.entry.hash: a.commitment for a in done},
         )
         for a in done:
             self._settled.add(a.entry.hash)

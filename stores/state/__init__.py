@@ -9,12 +9,13 @@ from stores.state.protocol import (
     BlockChange,
     BlockEntry,
     BlockStatus,
+    Commitment,
     PendingEntry,
     StateStore,
 )
 from stores.state.prunejobs import PruneJob, Requested
 
 __all__ = [
-    "KEEP", "PENDING_KINDS", "BlockChange", "BlockEntry", "BlockStatus", "PendingEntry", "PruneJob",
-    "Requested", "StateStore", "open_state_store",
+    "KEEP", "PENDING_KINDS", "BlockChange", "BlockEntry", "BlockStatus", "Commitment", "PendingEntry",
+    "PruneJob", "Requested", "StateStore", "open_state_store",
 ]

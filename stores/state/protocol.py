@@ -5,8 +5,9 @@ Invariants every backend keeps (tests/state checks each):
 - `best_candidate` is the connected block of most cumulative work that is neither invalid nor
   an orphan; among equals, the first seen (lowest arrival order) wins, so ties keep the chain.
 - An undo record is written before a block's first change and read back whole.
-- `commit` changes blocks, the tip, undo records and meta values in one transaction: a reader
-  never sees a block applied above the tip, or the tip on a block not applied.
+- `commit` changes blocks, the tip, undo records, meta values and commitments in one
+  transaction: a reader never sees a block applied above the tip, or the tip on a block not
+  applied, or an applied block without the commitment it was applied with.
 - A lease has at most one holder until it expires; so has a chunk unit (see chunks.py).
 - A recovery entry's claim and release follow stores/state/recovery.py; a terminal entry
   never changes again.
@@ -68,6 +69,17 @@ class BlockChange:
     work: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Commitment:
+    """The confirmed UTXO set as a block left it (`workers.commitment`): its MuHash3072 state
+    (`chain.muhash.MuHash.to_bytes`, 384 bytes: the next block continues from it), and how many
+    outputs and satoshis it holds."""
+
+    muhash: bytes
+    utxos: int
+    satoshis: int
+
+
 KEEP: Any = object()  # `commit`'s tip argument: leave the tip where it is
 
 
@@ -123,10 +135,15 @@ class StateStore(Protocol):
         undo: Mapping[bytes, dict[str, Any] | None] = {},
         meta: Mapping[str, str | None] = {},
         prune_undo_below: int | None = None,
+        commitments: Mapping[bytes, Commitment] = {},
     ) -> None:
         """All of these in one transaction: block entries changed, the tip moved (None: no
-        tip), undo records written (None: deleted), meta values set (None: removed), and the
-        undo records of applied blocks at or below `prune_undo_below` deleted."""
+        tip), undo records written (None: deleted), meta values set (None: removed), the
+        undo records of applied blocks at or below `prune_undo_below` deleted, and blocks'
+        commitments written (replacing what a block had)."""
+
+    def get_commitment(self, hash: bytes) -> Commitment | None:
+        """The commitment the block was last applied with (kept when it leaves the chain)."""
 
     def demote_pending(self, work: int) -> int:
         """`pending` blocks of no more work than `work` (the tip's) are `side`; how many."""

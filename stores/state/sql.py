@@ -20,7 +20,7 @@ from stores.lease import lapsed
 from stores.sqldb import Database
 from stores.state.chunks import ChunkBoardMixin, chunk_ddl
 from stores.state.pending import PendingTable, pending_ddl
-from stores.state.protocol import KEEP, BlockChange, BlockEntry, BlockStatus
+from stores.state.protocol import KEEP, BlockChange, BlockEntry, BlockStatus, Commitment
 from stores.state.prunejobs import PruneJobs, prune_ddl
 from stores.state.recovery import RecoveryTable, recovery_ddl
 
@@ -52,6 +52,12 @@ def _ddl(blob: str, bigint: str) -> list[str]:
         "WHERE status IN ('pending', 'applied', 'side')",
         "CREATE TABLE IF NOT EXISTS chain (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
         f"CREATE TABLE IF NOT EXISTS undo (hash {blob} PRIMARY KEY, data TEXT NOT NULL)",
+        # a block's UTXO-set commitment (a store made before them gains the table: the schema
+        # version stays, and `workers.commitment` computes a missing one from the UTXO store)
+        f"""CREATE TABLE IF NOT EXISTS commitments (
+            hash {blob} PRIMARY KEY, muhash {blob} NOT NULL, utxos {bigint} NOT NULL,
+            satoshis {bigint} NOT NULL
+        )""",
         f"""CREATE TABLE IF NOT EXISTS leases (
             name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at {bigint} NOT NULL
         )""",
@@ -252,6 +258,7 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable):
         undo: Mapping[bytes, dict[str, Any] | None] = {},
         meta: Mapping[str, str | None] = {},
         prune_undo_below: int | None = None,
+        commitments: Mapping[bytes, Commitment] = {},
     ) -> None:
         q = self.db.q
 
@@ -270,8 +277,22 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable):
             if prune_undo_below is not None:
                 cur.execute(q("DELETE FROM undo WHERE hash IN (SELECT hash FROM blocks "
                               "WHERE status = 'applied' AND height <= ?)"), (prune_undo_below,))
+            if commitments:
+                cur.executemany(q("DELETE FROM commitments WHERE hash = ?"), [(h,) for h in commitments])
+                cur.executemany(
+                    q("INSERT INTO commitments (hash, muhash, utxos, satoshis) VALUES (?, ?, ?, ?)"),
+                    [(h, c.muhash, c.utxos, c.satoshis) for h, c in commitments.items()],
+                )
 
         self.db.write("commit chain state", unit)
+
+    def get_commitment(self, hash: bytes) -> Commitment | None:
+        def q(cur: Any) -> Any:
+            cur.execute(self.db.q("SELECT muhash, utxos, satoshis FROM commitments WHERE hash = ?"), (hash,))
+            return cur.fetchone()
+
+        r = self.db.read("get commitment", q)
+        return None if r is None else Commitment(bytes(r[0]), int(r[1]), int(r[2]))
 
     def demote_pending(self, work: int) -> int:
         def unit(cur: Any) -> int:

@@ -132,6 +132,8 @@ class OutputInfo:
     spending_vin: int | None
     frozen: bool
     spendable_in: int | None
+    height: int | None = None  # its transaction's block height (`Record.height`); None: in none
+    coinbase: bool = False
 
     @property
     def state(self) -> str:

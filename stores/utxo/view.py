@@ -22,7 +22,7 @@ from stores.blob.protocol import BlobNotFound
 from stores.errors import StorageError
 from stores.utxo import slots
 from stores.utxo.external import ExternalTxs
-from stores.utxo.kernel.record import Record, decode_blocks
+from stores.utxo.kernel.record import Record
 from stores.utxo.records import Utxo
 from stores.utxo.sql import codec
 
@@ -135,8 +135,7 @@ class UtxoView:
                 outputs = cur
             else:
                 outputs = record_outputs(fmt, raw)
-            heights = [b[1] for b in decode_blocks(rec.blocks)]
-            height, coinbase = (min(heights) if heights else None), rec.is_coinbase
+            height, coinbase = rec.height(), rec.is_coinbase
             for v in live:
                 o = outputs.get(v, None)
                 if o is None:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 
 from chain import Tx, TxIn
 from chain.build import build_tx, spend_input
+from chain.muhash import MuHash, coin_bytes
 from chain.tx import varint
 from stores.utxo import Utxo, UtxoStore
 from workers.demochain import TAGS, tag_script
@@ -41,6 +42,29 @@ def confirmed_model(
                 if not (o.satoshis == 0 and (o.script[:1] == b"\x6a" or o.script[:2] == b"\x00\x6a")):
                     utxos.add((tx.txid, v))
     return utxos
+
+
+def commitment_model(
+    blocks: Sequence[Sequence[Tx]], first_height: int, base: Iterable[Utxo] = ()
+) -> tuple[str, int, int]:
+    """(MuHash as Core prints it, outputs, satoshis) of the confirmed set a chain gives (block k
+    at `first_height` + k, over the snapshot's outputs `base`), one coin at a time with the
+    primitive's plain `insert`: nothing of the store or of the incremental commitment."""
+    coins: dict[tuple[bytes, int], tuple[int, bool, int, bytes]] = {
+        (u.txid, u.vout): (u.height or 0, u.coinbase, u.satoshis, u.script) for u in base
+    }
+    for k, txs in enumerate(blocks):
+        for tx in txs:
+            if not tx.is_coinbase:
+                for i in tx.inputs:
+                    coins.pop((i.prev_txid, i.prev_vout), None)
+            for v, o in enumerate(tx.outputs):
+                if not (o.satoshis == 0 and (o.script[:1] == b"\x6a" or o.script[:2] == b"\x00\x6a")):
+                    coins[(tx.txid, v)] = (first_height + k, tx.is_coinbase, o.satoshis, o.script)
+    h = MuHash()
+    for (t, v), (height, cb, sats, spk) in coins.items():
+        h.insert(coin_bytes(t, v, height, cb, sats, spk))
+    return h.hex(), len(coins), sum(c[2] for c in coins.values())
 
 
 def funding(n: int, satoshis: int = 10**8, n_outputs: int = 1) -> list[Tx]:

@@ -20,7 +20,7 @@ from workers.sequencer import Sequencer
 BACKENDS = ["sqlite", "postgresql"]
 TABLES = (
     "txs", "tx_pages", "tx_creations", "meta", "tx_locks", "blocks", "chain", "undo", "leases", "pending",
-    "chunks", "prune_jobs", "recovery", "recovery_counts",
+    "chunks", "prune_jobs", "recovery", "recovery_counts", "commitments",
 )
 
 

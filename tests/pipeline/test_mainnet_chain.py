@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from chain import hex_to_hash, is_data_carrier, iter_blk_records, parse_block
+from chain.muhash import MuHash, coin_bytes
 from stores.state import BlockStatus
-from stores.utxo import Utxo
-from tests.pipeline.chains import confirmed, confirmed_model
+from stores.utxo import Utxo, UtxoStore
+from tests.pipeline.chains import commitment_model, confirmed, confirmed_model
+from workers.commitment import muhash_hex
 from workers.sequencer import Sequencer
 
 SUBSIDY = 25 * 10**8  # both snapshot blocks are in the third halving era
@@ -29,10 +31,26 @@ def test_blocks_1_to_255(seq: Sequencer, data_dir: Path) -> None:
     first = seq.state.get_block(blocks[0].hash)
     assert first is not None and first.height == 1
     assert confirmed(seq.utxo) == confirmed_model([b.txs for b in blocks])
+    # the commitment, block by block, is the model's; at the tip, also the store's own listing's
+    for k in (0, 1, 50, 169, 170, 200, 254):
+        c = seq.state.get_commitment(blocks[k].hash)
+        assert c is not None
+        assert (muhash_hex(c), c.utxos, c.satoshis) == commitment_model([b.txs for b in blocks[: k + 1]], 1)
+    assert (muhash_hex(c), c.utxos, c.satoshis) == from_listing(seq.utxo)
     # the first spend ever: block 170 spends the coinbase of block 9
     spender = next(t for b in blocks for t in b.txs if not t.is_coinbase)
     out = seq.utxo.get_output((spender.inputs[0].prev_txid, spender.inputs[0].prev_vout))
     assert out is not None and out.spending_txid == spender.txid
+
+
+def from_listing(utxo: UtxoStore) -> tuple[str, int, int]:
+    """(MuHash, outputs, satoshis) of the store's confirmed listing (`utxo utxos --confirmed`)."""
+    h, n, sats = MuHash(), 0, 0
+    for u in utxo.iter_utxos(confirmed=True):
+        assert u.height is not None
+        h.insert(coin_bytes(u.txid, u.vout, u.height, u.coinbase, u.satoshis, u.script))
+        n, sats = n + 1, sats + u.satoshis
+    return h.hex(), n, sats
 
 
 def snapshot(data_dir: Path, height: int) -> list[Utxo]:
@@ -78,3 +96,9 @@ def test_a_block_over_a_snapshot_of_what_it_spends(
     assert confirmed(seq.utxo) == model
     made = sum(1 for t in block.txs for o in t.outputs if not is_data_carrier(o.satoshis, o.script))
     assert seq.utxo.stats().utxos == len(utxos) + made - len(ins)
+    # the block's commitment: the snapshot's set (computed from the store, which held just it)
+    # with the block's change applied; the model's, and the store's listing's
+    c = seq.state.get_commitment(block.hash)
+    assert c is not None and c.utxos == len(utxos) + made - len(ins)
+    assert (muhash_hex(c), c.utxos, c.satoshis) == commitment_model([block.txs], height, utxos)
+    assert (muhash_hex(c), c.utxos, c.satoshis) == from_listing(seq.utxo)

@@ -91,7 +91,7 @@ def test_a_two_worker_run_seen_through_metrics_status_and_the_dashboard(pipeline
     assert total(w, "utxoflow_store_errors_total") == 0
     assert total(w, "utxoflow_block_apply_seconds_count") == 6
     assert total(w, "utxoflow_block_apply_seconds_sum") > 0
-    for phase in ("plan", "check", "create", "reclaim", "spend", "mine"):  # one per block
+    for phase in ("plan", "check", "create", "reclaim", "spend", "mine", "commit"):  # one per block
         assert total(w, "utxoflow_block_phase_seconds_count", phase=phase) == 6, phase
         assert total(w, "utxoflow_block_phase_seconds_bucket", phase=phase, le="+Inf") == 6, phase
 
@@ -259,5 +259,6 @@ def test_json_logs_of_a_worker(pipeline: Pipeline) -> None:
     assert [r["block"] for r in applied] == [parse_block(b).hash_hex for b in chain.blocks]
     assert all(r["duration_s"] > 0 and r["txs"] == 2 and r["task"] == "utxoflow.block.arrived"
                and r["task_id"] for r in applied)
-    assert all(set(r["phases_s"]) == {"plan", "check", "create", "reclaim", "spend", "mine"} for r in applied)
+    assert all(set(r["phases_s"]) == {"plan", "check", "create", "reclaim", "spend", "mine", "commit"}
+               for r in applied)
     assert any(r["message"].endswith("ready.") for r in records)

@@ -24,11 +24,13 @@ from stores.utxo import TxNotFound, UtxoStore
 from tests.pipeline.chains import (
     SNAPSHOT_HASH,
     SNAPSHOT_HEIGHT,
+    commitment_model,
     confirmed,
     confirmed_model,
     script,
     snapshot_utxos,
 )
+from workers.commitment import muhash_hex
 from workers.demochain import TAGS, Branch
 
 Outpoint = tuple[bytes, int]
@@ -200,6 +202,10 @@ def check_store(tree: Tree, utxo: UtxoStore, state: StateStore) -> None:
     want_hash, want_height = tree.tip()
     assert tip is not None and (tip.hash, tip.height) == (want_hash, want_height), (tip, want_height)
     assert confirmed(utxo) == tree.confirmed()
+    made = state.get_commitment(tip.hash)  # the tip's, kept block by block through every reorg
+    assert made is not None
+    want = commitment_model(tree.best_blocks, SNAPSHOT_HEIGHT + 1, tree.snapshot())
+    assert (muhash_hex(made), made.utxos, made.satoshis) == want
     spender: dict[tuple[bytes, int], bytes] = {}
     height_of: dict[bytes, int] = {}
     for k, txs in enumerate(tree.best_blocks):

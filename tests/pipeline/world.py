@@ -13,7 +13,19 @@ from collections.abc import Iterable, Sequence
 
 from chain import Tx, parse_block
 from stores.state import BlockEntry, BlockStatus
-from tests.pipeline.chains import Chain, confirmed, confirmed_model, funding, outpoints, seed, spend
+from tests.pipeline.chains import (
+    SNAPSHOT_HEIGHT,
+    Chain,
+    commitment_model,
+    confirmed,
+    confirmed_model,
+    funding,
+    outpoints,
+    seed,
+    snapshot_utxos,
+    spend,
+)
+from workers.commitment import muhash_hex
 from workers.sequencer import Sequencer
 
 Outpoint = tuple[bytes, int]
@@ -31,6 +43,9 @@ class World:
             seq.utxo, self.funds, coinbase=coinbase_funds, coinbase_height=coinbase_height
         )
         self.base = outpoints(self.funds) | outpoints(coinbase_funds)
+        self.base_utxos = snapshot_utxos(self.funds, SNAPSHOT_HEIGHT) + snapshot_utxos(
+            coinbase_funds, coinbase_height, coinbase=True
+        )
         self.mined = spend((self.funds[0], 0), n_outputs=2)
         self.txs: dict[bytes, Tx] = {t.txid: t for t in [*self.funds, *coinbase_funds]}
         self.add([self.mined])
@@ -50,11 +65,17 @@ class World:
         return confirmed_model((chain or self.chain).txs, self.base)
 
     def check(self, chain: Chain | None = None) -> None:
-        """The store's confirmed set and tip are those of `chain` (the valid one)."""
+        """The store's confirmed set and tip are those of `chain` (the valid one), and so is the
+        tip's commitment (once a block is applied on the snapshot)."""
         c = chain or self.chain
         tip = self.seq.state.tip()
         assert tip is not None and tip.hash == c.parent and tip.height == c.height - 1
         assert confirmed(self.seq.utxo) == self.model(c)
+        if c.txs:
+            made = self.seq.state.get_commitment(tip.hash)
+            assert made is not None
+            want = commitment_model(c.txs, SNAPSHOT_HEIGHT + 1, self.base_utxos)
+            assert (muhash_hex(made), made.utxos, made.satoshis) == want
 
     def mempool(self, *txs: Tx) -> None:
         """Create and spend transactions unmined, as the transaction pipeline does."""

@@ -18,6 +18,7 @@ import click
 
 from chain import ParseError
 from stores.errors import StoreError
+from stores.state import StateStore, open_state_store
 from stores.utxo import UtxoStore, open_utxo_store
 from workers.settings import Settings, SettingsError, load_settings, unknown_variables
 
@@ -70,6 +71,10 @@ class Context:
         an error rather than a new, empty store."""
         s = self.settings
         return open_utxo_store(url or s.store_url, create=create, **s.store_options())
+
+    def open_state(self, *, create: bool = True) -> StateStore:
+        """The state store of the settings (create=False for readers, as `open_store`)."""
+        return open_state_store(self.settings.state_url, create=create)
 
 
 def log(message: str) -> None:

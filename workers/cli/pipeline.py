@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from typing import Any
 
 import click
 
 from chain import ParseError, hex_to_hash
-from stores.state import open_state_store
+from stores.state import BlockStatus, StateStore
+from workers import commitment
 from workers.cli.app import BadInput, Context, NotFound, cli, emit
 from workers.cli.progress import Reporter, WaitProgress
 
@@ -98,7 +98,7 @@ def wait_cmd(obj: Context, timeout: float) -> int:
     goes to stderr: blocks and transactions done and pending, rate, time left."""
     from workers.registry import Registry, block_settled
 
-    state = open_state_store(obj.settings.state_url)
+    state = obj.open_state()
     reg = Registry(state)  # in the state store: it outlives a restart of the broker
     try:
         with Reporter() as rep, WaitProgress(rep) as progress:
@@ -110,8 +110,8 @@ def wait_cmd(obj: Context, timeout: float) -> int:
     return 0 if done else 1
 
 
-def _state(obj: Context) -> Any:
-    return open_state_store(obj.settings.state_url, create=False)
+def _state(obj: Context) -> StateStore:
+    return obj.open_state(create=False)
 
 
 @cli.command("tip")
@@ -132,7 +132,10 @@ def tip_cmd(obj: Context) -> None:
 @click.argument("block_hash", metavar="HASH")
 @click.pass_obj
 def block_cmd(obj: Context, block_hash: str) -> None:
-    """A block's height and status: applied, side, orphan, invalid (with its reason), pending."""
+    """A block's height and status: applied, side, orphan, invalid (with its reason), pending.
+
+    An applied block also shows the confirmed set it left: "muhash" (MuHash3072 as Bitcoin Core's
+    gettxoutsetinfo prints it), "utxos" and "satoshis"."""
     try:
         h = hex_to_hash(block_hash)
     except (ValueError, ParseError):
@@ -140,11 +143,15 @@ def block_cmd(obj: Context, block_hash: str) -> None:
     state = _state(obj)
     try:
         entry = state.get_block(h)
+        made = state.get_commitment(h) if entry is not None and entry.status is BlockStatus.APPLIED else None
     finally:
         state.close()
     if entry is None:
         raise NotFound(f"block {block_hash} is not known")
-    emit(entry.to_json())
+    out = entry.to_json()
+    if made is not None:
+        out |= commitment.to_json(made)
+    emit(out)
 
 
 LOOPBACK = ("127.", "::1", "localhost")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import Any
 
 import click
 
-from chain import hex_to_hash
+from chain import hash_to_hex, hex_to_hash
 from chain.address import address_to_script
 from stores.utxo import TxNotFound
+from workers import commitment
 from workers.cli.app import BadInput, Context, NotFound, OutputClosed, cli, emit
 
 MAX_VOUT = 0xFFFFFFFF
@@ -126,11 +128,57 @@ def utxos_cmd(obj: Context, confirmed: bool, script_hex: str | None, address: st
 
 
 @cli.command("stats")
+@click.option("--hash", "hash_type", type=click.Choice(["none", "muhash"]), default="none", show_default=True,
+              help="muhash: the tip's commitment to the confirmed set (kept block by block), at once.")
+@click.option("--verify", is_flag=True,
+              help="With --hash muhash: compute it again from the store's confirmed set, and exit 1 "
+                   "if the two differ.")
 @click.pass_obj
-def stats_cmd(obj: Context) -> None:
-    """{"utxos","satoshis","height","txs"} of the confirmed set."""
+def stats_cmd(obj: Context, hash_type: str, verify: bool) -> None:
+    """{"utxos","satoshis","height","txs"} of the confirmed set, counted from the store.
+
+    With --hash muhash: {"height","hash","muhash","utxos","satoshis"} of the tip, from the
+    commitment the chain keeps per block (MuHash3072 over the confirmed set, exactly as Bitcoin
+    Core's `gettxoutsetinfo muhash`); --verify adds "verified" after recomputing it."""
+    if verify and hash_type != "muhash":
+        raise BadInput("--verify needs --hash muhash")
+    if hash_type == "muhash":
+        emit(_tip_commitment(obj, verify))
+        return
     store = obj.open_store(create=False)
     try:
         emit(store.stats().to_json())
     finally:
         store.close()
+
+
+def _tip_commitment(obj: Context, verify: bool) -> dict[str, Any]:
+    state = obj.open_state(create=False)
+    try:
+        tip = state.tip()
+        made = state.get_commitment(tip.hash) if tip is not None else None
+        if tip is None:
+            raise NotFound("no block has been applied yet")
+        if made is None:  # (a chain applied before commitments: its next block computes one)
+            raise NotFound(f"the tip {hash_to_hex(tip.hash)} has no commitment yet (it was applied "
+                           "before commitments were kept: the next block computes one)")
+        out: dict[str, Any] = {"height": tip.height, "hash": hash_to_hex(tip.hash)}
+        out |= commitment.to_json(made)
+        if not verify:
+            return out
+        store = obj.open_store(create=False)
+        try:
+            again = commitment.of_utxos(store.iter_utxos(confirmed=True))
+        finally:
+            store.close()
+        after = state.tip()
+    finally:
+        state.close()
+    if after is None or after.hash != tip.hash:
+        raise BadInput("the chain moved while the confirmed set was read: stop the workers (or wait "
+                       "for `utxo wait`) and verify again")
+    if again != made:
+        emit({**out, "verified": False, "computed": commitment.to_json(again)})
+        raise NotFound(f"the store's confirmed set does not match the tip's commitment: "
+                       f"{commitment.muhash_hex(again)} computed, {out['muhash']} kept")
+    return {**out, "verified": True}

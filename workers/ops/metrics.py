@@ -74,7 +74,7 @@ STORE_ERRORS = Counter(
     "utxoflow_store_errors_total", "Tasks retried or failed on a store error, by its kind.", ["kind"]
 )
 
-PHASES = ("plan", "check", "create", "reclaim", "spend", "mine")
+PHASES = ("plan", "check", "create", "reclaim", "spend", "mine", "commit")
 # Every series that is known beforehand exists from the start, at 0: a rate over a series that
 # is missing is "no data", not 0, and a dashboard could not tell a quiet worker from a dead one.
 _KNOWN: list[tuple[Any, tuple[tuple[str, ...], ...]]] = [

@@ -162,7 +162,8 @@ class ReadMixin(CreateMixin, UtxoView):
                     outputs = self._outputs_of(rec, masters[t], wanted[t])
                 sats, spk = outputs.get(vout, (0, b""))
                 out[(t, vout)] = OutputInfo(
-                    t, vout, h, sats, spk, sp_txid, sp_vin, frozen, spendable.get(vout)
+                    t, vout, h, sats, spk, sp_txid, sp_vin, frozen, spendable.get(vout),
+                    rec.height(), rec.is_coinbase,
                 )
         return out
 

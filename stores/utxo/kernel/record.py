@@ -115,6 +115,14 @@ class Record:
         """Mined on the longest chain: in a block, and not marked off it (`MINED_SQL`)."""
         return self.unmined_since is None and self.blocks != NO_BLOCKS
 
+    def height(self) -> int | None:
+        """The height its outputs were created at: its block's (the lowest, should it list
+        several), None while in no block. What a UTXO listing shows and the UTXO-set commitment
+        hashes (`workers.commitment`)."""
+        if self.blocks == NO_BLOCKS:
+            return None
+        return min(b[1] for b in decode_blocks(self.blocks))
+
     def block_list(self) -> list[Block]:
         return list(decode_blocks(self.blocks))
 

@@ -143,7 +143,8 @@ class ReadMixin(PruneMixin, UtxoView):
                     outputs = self._outputs_of(rec, r[n], r[n + 1], wanted[rec.txid])
                 sats, script = outputs.get(vout, (0, b""))
                 out[(rec.txid, vout)] = OutputInfo(
-                    rec.txid, vout, h, sats, script, sp_txid, sp_vin, frozen, spendable.get(vout)
+                    rec.txid, vout, h, sats, script, sp_txid, sp_vin, frozen, spendable.get(vout),
+                    rec.height(), rec.is_coinbase,
                 )
         return out
 

@@ -1,0 +1,123 @@
+"""The UTXO-set commitment: MuHash3072 over the confirmed set, as Bitcoin Core computes
+`gettxoutsetinfo … muhash` (`chain.muhash`), kept per block in the state store.
+
+Invariants:
+- A block's commitment is its parent's with the coins the block creates multiplied in and the
+  coins it spends divided out. Created: every output of its transactions that enters the UTXO
+  set (not a data carrier), at the block's height, with its transaction's coinbase flag. Spent:
+  every output its inputs spend from outside the block, as the store holds it (its height, its
+  coinbase flag, satoshis, script). An output made and spent within the block is in neither:
+  its two factors would cancel.
+- An input whose parent the store does not hold (missing inputs allowed) takes nothing out: the
+  set never held that output.
+- So the commitment of block B equals the MuHash of `utxo utxos --confirmed` once B is the tip,
+  whatever the path there (reorgs, refused blocks, batches): each block's value is a function of
+  its own chain, stored with its hash when it is applied (in the state-store commit that applies
+  it) and computed again if it is applied again (a rebase changes the heights).
+- The chain's first block starts from the empty set (or the snapshot's imported set); a parent
+  applied before commitments existed has its value computed once from the store's confirmed set,
+  which is exactly its set while it is the tip (mempool activity leaves the confirmed set alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from chain import Block, hash_to_hex, is_data_carrier
+from chain.muhash import MuHash, coin_bytes
+from stores.errors import StorageError
+from stores.state import Commitment
+from stores.utxo import OutputInfo, Utxo
+
+Outpoint = tuple[bytes, int]
+EMPTY = Commitment(MuHash().to_bytes(), 0, 0)
+
+
+@dataclass(slots=True)
+class Delta:
+    """What a block does to the confirmed set: the MuHash of its coins in over its coins out,
+    and the change in outputs and satoshis."""
+
+    muhash: MuHash
+    utxos: int
+    satoshis: int
+
+
+def outside_inputs(block: Block) -> list[Outpoint]:
+    """The outputs the block's inputs spend from transactions outside it."""
+    in_block = {t.txid for t in block.txs}
+    return [
+        (i.prev_txid, i.prev_vout) for t in block.txs if not t.is_coinbase
+        for i in t.inputs if i.prev_txid not in in_block
+    ]
+
+
+def block_delta(block: Block, height: int, spent: Mapping[Outpoint, OutputInfo]) -> Delta:
+    """The block's change to the set; `spent`: the store's view of `outside_inputs` (an input
+    missing from it spends nothing of the set)."""
+    in_block = {t.txid for t in block.txs}
+    within = {
+        (i.prev_txid, i.prev_vout) for t in block.txs if not t.is_coinbase
+        for i in t.inputs if i.prev_txid in in_block
+    }
+    created: list[bytes] = []
+    n = sats = 0
+    for t in block.txs:
+        txid, cb = t.txid, t.is_coinbase
+        for vout, o in enumerate(t.outputs):
+            if is_data_carrier(o.satoshis, o.script) or (within and (txid, vout) in within):
+                continue
+            created.append(coin_bytes(txid, vout, height, cb, o.satoshis, o.script))
+            n += 1
+            sats += o.satoshis
+    out: list[bytes] = []
+    for op in outside_inputs(block):
+        info = spent.get(op)
+        if info is None:
+            continue
+        if info.height is None:  # (the block's checks refuse spending an unmined parent)
+            raise StorageError(
+                f"output {hash_to_hex(op[0])}:{op[1]} is spent by block {block.hash_hex} but its "
+                "transaction is in no block: the block's commitment cannot be computed"
+            )
+        out.append(coin_bytes(op[0], op[1], info.height, info.coinbase, info.satoshis, info.script))
+        n -= 1
+        sats -= info.satoshis
+    h = MuHash()
+    h.update(created, out)
+    return Delta(h, n, sats)
+
+
+def advance(parent: Commitment, delta: Delta) -> Commitment:
+    """The commitment after a block: its parent's with the block's delta applied."""
+    h = MuHash.from_bytes(parent.muhash)
+    h.combine(delta.muhash)
+    return Commitment(h.to_bytes(), parent.utxos + delta.utxos, parent.satoshis + delta.satoshis)
+
+
+def of_utxos(utxos: Iterable[Utxo], chunk: int = 20_000) -> Commitment:
+    """The commitment of a set of confirmed outputs, from scratch (bounded memory)."""
+    h = MuHash()
+    n = sats = 0
+    todo: list[bytes] = []
+    for u in utxos:
+        if u.height is None:
+            raise ValueError(f"output {hash_to_hex(u.txid)}:{u.vout} has no height: it is not confirmed")
+        todo.append(coin_bytes(u.txid, u.vout, u.height, u.coinbase, u.satoshis, u.script))
+        n += 1
+        sats += u.satoshis
+        if len(todo) >= chunk:
+            h.update(todo, ())
+            todo = []
+    h.update(todo, ())
+    return Commitment(h.to_bytes(), n, sats)
+
+
+def muhash_hex(c: Commitment) -> str:
+    """The commitment's MuHash as Bitcoin Core prints it (`gettxoutsetinfo`)."""
+    return MuHash.from_bytes(c.muhash).hex()
+
+
+def to_json(c: Commitment) -> dict[str, object]:
+    return {"muhash": muhash_hex(c), "utxos": c.utxos, "satoshis": c.satoshis}
