@@ -196,6 +196,7 @@ def limit_rows(txs: list[Tx], height: int, ids: Iterator[int]) -> list[tuple[Any
                 "{}",
                 b"\x00" * 72,
                 spent,
+                b"\x00" * (8 * len(tx.outputs)),
                 1,
                 tx.raw,
             )

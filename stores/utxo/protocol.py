@@ -35,6 +35,7 @@ from stores.utxo.records import (
     Utxo,
     UtxoStats,
 )
+from stores.utxo.scripts import Balance, ScriptUtxo
 from stores.utxo.twophase import Creation, PagedRecords
 
 Outpoint = tuple[bytes, int]
@@ -106,6 +107,13 @@ class UtxoStore(PagedRecords, Protocol):
     def get_outputs(self, outpoints: Sequence[Outpoint]) -> dict[Outpoint, OutputInfo]: ...
     def iter_utxos(self, *, confirmed: bool = True, script: bytes | None = None) -> Iterator[Utxo]: ...
     def stats(self) -> UtxoStats: ...
+    def script_utxos(
+        self, scripthash: bytes, *, after: str | None = None, limit: int = 1000, confirmed: bool = False
+    ) -> tuple[list[ScriptUtxo], str | None]:
+        """A page of the script index (`stores.utxo.scripts`): the unspent outputs of the script
+        whose SHA-256 is `scripthash` (only confirmed ones, if asked), in index order, after the
+        cursor `after`; and the cursor to go on from (None: none is left)."""
+    def script_balance(self, scripthash: bytes) -> Balance: ...
 
     # -- spends -----------------------------------------------------------------------------
     def spend_many(

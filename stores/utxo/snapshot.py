@@ -56,6 +56,7 @@ def snapshot_record(
     rec = create.snapshot(
         txid,
         hashes,
+        {u.vout: u.script for u in us},
         h,
         coinbase,
         (block_id, h, 0),

@@ -35,7 +35,7 @@ class SqliteUtxoStore(SqlUtxoStore):
         if not existed and not self.may_create:
             raise self._no_store()
         # INTEGER PRIMARY KEY is SQLite's rowid: new records append to the table.
-        for stmt in ddl("BLOB", "INTEGER"):
+        for stmt in ddl("BLOB", "INTEGER", index_opts=" WITHOUT ROWID"):
             cur.execute(stmt)
         self._check_schema(cur, existed)
 

@@ -119,13 +119,23 @@ def test_tx_bad_txid_exits_2(run: Run) -> None:
     assert len(r.err_lines) == 1 and "TXID" in r.err and "Traceback" not in r.err
 
 
+def by_index(lines: list[Entry]) -> list[Entry]:
+    """Lines of the script index as plain listing lines: every one confirmed (a snapshot's outputs
+    are), and each with a cursor."""
+    assert all(x.pop("confirmed") is True and isinstance(x.pop("cursor"), str) for x in lines)
+    return lines
+
+
 def test_utxos_by_script(imported: Imported, snapshot: list[Entry]) -> None:
     script, n = Counter(e["script"] for e in snapshot).most_common(1)[0]
     assert n > 1
     r = imported.run("utxos", "--confirmed", "--script", script)
     assert r.code == 0, r.err
-    got = sorted(r.lines(), key=key)
+    got = sorted(by_index(r.lines()), key=key)
     assert got == sorted((as_listed(e) for e in snapshot if e["script"] == script), key=key)
+    sh = hashlib.sha256(bytes.fromhex(script)).digest()[::-1].hex()  # Electrum's scripthash
+    again = imported.run("utxos", "--scripthash", sh)
+    assert again.code == 0 and sorted(by_index(again.lines()), key=key) == got
 
 
 def test_utxos_by_address(imported: Imported, snapshot: list[Entry]) -> None:
@@ -134,7 +144,33 @@ def test_utxos_by_address(imported: Imported, snapshot: list[Entry]) -> None:
     r = imported.run("utxos", "--address", p2pkh_address(script))
     assert r.code == 0, r.err
     expected = [as_listed(e) for e in snapshot if e["script"] == script]
-    assert len(expected) > 1 and sorted(r.lines(), key=key) == sorted(expected, key=key)
+    assert len(expected) > 1 and sorted(by_index(r.lines()), key=key) == sorted(expected, key=key)
+
+
+def test_a_scripts_outputs_page_by_cursor_and_balance(imported: Imported, snapshot: list[Entry]) -> None:
+    script, n = Counter(e["script"] for e in snapshot).most_common(1)[0]
+    whole = imported.run("utxos", "--script", script).lines()
+    pages: list[Entry] = []
+    after: list[str] = []
+    for _ in range(n + 1):
+        r = imported.run("utxos", "--script", script, "--limit", "2", *after)
+        assert r.code == 0, r.err
+        lines = r.lines()
+        pages += lines
+        if len(lines) < 2:
+            break
+        after = ["--after", lines[-1]["cursor"]]
+    assert pages == whole and len(whole) == n  # the same order, nothing twice, nothing missed
+    mine = [e for e in snapshot if e["script"] == script]
+    b = imported.run("balance", "--script", script)
+    assert b.code == 0 and b.json() == {
+        "confirmed": sum(e["value"] for e in mine), "unconfirmed": 0, "utxos": len(mine)}
+    nobody = imported.run("balance", "--script", "51")
+    assert nobody.json() == {"confirmed": 0, "unconfirmed": 0, "utxos": 0}
+    for cmd, what in ((["utxos", "--limit", "2"], "--limit and --after"), (["balance"], "give one of"),
+                      (["utxos", "--script", script, "--after", "x.y"], "--after")):
+        r = imported.run(*cmd)
+        assert r.code == 2 and len(r.err_lines) == 1 and what in r.err, (cmd, r.err)
 
 
 def test_utxos_lists_the_whole_snapshot(imported: Imported, snapshot: list[Entry]) -> None:

@@ -19,7 +19,8 @@ from workers.sequencer import Sequencer
 
 BACKENDS = ["sqlite", "postgresql"]
 TABLES = (
-    "txs", "tx_pages", "tx_creations", "meta", "tx_locks", "blocks", "chain", "undo", "leases", "pending",
+    "txs", "tx_pages", "tx_creations", "meta", "tx_locks", "script_utxos", "blocks", "chain", "undo",
+    "leases", "pending",
     "chunks", "prune_jobs", "recovery", "recovery_counts", "commitments",
 )
 

@@ -33,7 +33,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Ite
         return
     url: str = request.getfixturevalue("pg_url")
     with psycopg.connect(url, autocommit=True) as conn:
-        for table in ("txs", "tx_pages", "tx_creations", "meta", "tx_locks"):
+        for table in ("txs", "tx_pages", "tx_creations", "meta", "tx_locks", "script_utxos"):
             conn.execute(f"DROP TABLE IF EXISTS {table}")
     yield url
 

@@ -10,9 +10,9 @@ import click
 
 from chain import hash_to_hex, hex_to_hash
 from chain.address import address_to_script
-from stores.utxo import TxNotFound
+from stores.utxo import ProcessingError, TxNotFound, UtxoStore, scripts
 from workers import commitment
-from workers.cli.app import BadInput, Context, NotFound, OutputClosed, cli, emit
+from workers.cli.app import BadInput, Context, NotFound, OutputClosed, cli, emit, log
 
 MAX_VOUT = 0xFFFFFFFF
 
@@ -91,39 +91,117 @@ def outpoint_cmd(obj: Context, outpoint: str) -> None:
     emit(info.to_json())
 
 
+P2PK_HINT = (
+    "no unspent output pays {addr} as P2PKH or P2SH; outputs that pay its public key itself (P2PK, "
+    "as early coinbases do) are found by their script: --script 41<65-byte key>ac or 21<33-byte key>ac"
+)
+
+
+def script_selector(script_hex: str | None, address: str | None, scripthash: str | None) -> bytes | None:
+    """The scripthash (SHA-256 of the locking script, internal order) the options name, if any."""
+    given = [n for n, v in (("--script", script_hex), ("--address", address), ("--scripthash", scripthash))
+             if v is not None]
+    if len(given) > 1:
+        raise BadInput(f"{' and '.join(given)} exclude each other")
+    if script_hex is not None:
+        return scripts.scripthash(parse_script(script_hex))
+    if address is not None:
+        try:
+            return scripts.scripthash(address_to_script(address))
+        except ValueError as e:
+            raise BadInput(f"--address: {e}") from None
+    if scripthash is not None:
+        return parse_txid(scripthash, "--scripthash")
+    return None
+
+
 @cli.command("utxos")
 @click.option("--confirmed", is_flag=True, help="Only the confirmed set (mined on the best chain).")
 @click.option("--script", "script_hex", metavar="HEX", help="Only outputs with this locking script.")
 @click.option("--address", metavar="ADDR", help="Only outputs paying this P2PKH or P2SH address.")
+@click.option("--scripthash", metavar="HASH",
+              help="Only outputs whose script has this SHA-256 (Electrum's scripthash, byte-reversed hex).")
+@click.option("--limit", type=click.IntRange(1, scripts.PAGE_LIMIT), default=None,
+              help="With a script: at most this many outputs (one page); go on with --after.")
+@click.option("--after", "after", metavar="CURSOR", default=None,
+              help="With a script: the outputs after this cursor (the last line's \"cursor\").")
 @click.pass_obj
-def utxos_cmd(obj: Context, confirmed: bool, script_hex: str | None, address: str | None) -> None:
+def utxos_cmd(
+    obj: Context, confirmed: bool, script_hex: str | None, address: str | None, scripthash: str | None,
+    limit: int | None, after: str | None,
+) -> None:
     """Unspent outputs as JSON lines {"txid","vout","satoshis","script","height","coinbase"}.
 
     Without --confirmed: every unspent output of a non-conflicting record, mined or not.
+
+    With --script, --address or --scripthash the script index answers, in time that grows with
+    what the script owns, not with the store: each line adds "confirmed" and "cursor", lines come
+    in the order the outputs reached the store, and an output spent by an unconfirmed
+    transaction is not listed (it is spent). P2PK outputs (early coinbases) pay a public key, not
+    an address: find them with --script.
     """
-    if script_hex is not None and address is not None:
-        raise BadInput("--script and --address exclude each other")
-    script: bytes | None = None
-    if script_hex is not None:
-        script = parse_script(script_hex)
-    elif address is not None:
-        try:
-            script = address_to_script(address)
-        except ValueError as e:
-            raise BadInput(f"--address: {e}") from None
+    h = script_selector(script_hex, address, scripthash)
+    if h is None and (limit is not None or after is not None):
+        raise BadInput(
+            "--limit and --after page a script's outputs: give --script, --address or --scripthash"
+        )
     store = obj.open_store(create=False)
     write = sys.stdout.write
-    rows = store.iter_utxos(confirmed=confirmed, script=script)
     try:
-        for u in rows:
-            write(u.json_line())
+        if h is not None:
+            n = _script_lines(store, h, confirmed, limit, after, write)
+            if n == 0 and address is not None and after is None:
+                log(P2PK_HINT.format(addr=address))
+            return
+        rows = store.iter_utxos(confirmed=confirmed)
+        try:
+            for u in rows:
+                write(u.json_line())
+        finally:
+            close = getattr(rows, "close", None)  # a generator: release its cursor early
+            if close is not None:
+                close()
         sys.stdout.flush()
     except BrokenPipeError:
         raise OutputClosed() from None
+    except ProcessingError as e:
+        raise BadInput(f"--after: {e}") from None
     finally:
-        close = getattr(rows, "close", None)  # a generator: release its cursor early
-        if close is not None:
-            close()
+        store.close()
+
+
+def _script_lines(
+    store: UtxoStore, h: bytes, confirmed: bool, limit: int | None, after: str | None, write: Any
+) -> int:
+    """Write the script's outputs (one page of `limit`, or all); how many."""
+    n = 0
+    while True:
+        page = limit or scripts.PAGE_LIMIT
+        items, after = store.script_utxos(h, after=after, limit=page, confirmed=confirmed)
+        for u in items:
+            write(u.json_line())
+        n += len(items)
+        if after is None or limit is not None:
+            sys.stdout.flush()
+            return n
+
+
+@cli.command("balance")
+@click.option("--script", "script_hex", metavar="HEX", help="The outputs with this locking script.")
+@click.option("--address", metavar="ADDR", help="The outputs paying this P2PKH or P2SH address.")
+@click.option("--scripthash", metavar="HASH",
+              help="The outputs whose script has this SHA-256 (byte-reversed hex).")
+@click.pass_obj
+def balance_cmd(obj: Context, script_hex: str | None, address: str | None, scripthash: str | None) -> None:
+    """{"confirmed", "unconfirmed", "utxos"} of a script's unspent outputs, from the script index:
+    satoshis of those mined on the best chain, of the others, and how many there are."""
+    h = script_selector(script_hex, address, scripthash)
+    if h is None:
+        raise BadInput("give one of --script, --address or --scripthash")
+    store = obj.open_store(create=False)
+    try:
+        emit(store.script_balance(h).to_json())
+    finally:
         store.close()
 
 

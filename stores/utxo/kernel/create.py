@@ -14,7 +14,8 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from hashlib import sha256
 from typing import Any
 
 from chain import Tx, utxo_hashes
@@ -57,6 +58,11 @@ def tx_slots(tx: Tx, start: int = 0, stop: int | None = None, frozen: bool = Fal
     return spend.join(real) + spend, len(real)
 
 
+def script_keys(scripts: Iterable[bytes]) -> bytes:
+    """The packed script index keys of outputs with these scripts (`Record.script_keys`)."""
+    return b"".join([sha256(s).digest()[:8] for s in scripts])
+
+
 def count_utxos(tx: Tx) -> int:
     """Real UTXOs of the whole transaction (outputs that are not data carriers)."""
     return sum(h is not None for h in utxo_hashes(tx.txid, tx.outputs))
@@ -64,8 +70,11 @@ def count_utxos(tx: Tx) -> int:
 
 def page(tx: Tx, index: int, batch_size: int, frozen: bool = False) -> Record:
     """Child page `index` (≥ 1) of a multi-record transaction, `creating` set."""
-    packed, n = tx_slots(tx, index * batch_size, (index + 1) * batch_size, frozen)
-    return Record(tx.txid, bytearray(packed), n, 0, creating=True, page=index)
+    first, stop = index * batch_size, (index + 1) * batch_size
+    packed, n = tx_slots(tx, first, stop, frozen)
+    rec = Record(tx.txid, bytearray(packed), n, 0, creating=True, page=index)
+    rec.script_keys = script_keys(o.script for o in tx.outputs[first:stop])
+    return rec
 
 
 def masters(
@@ -99,6 +108,7 @@ def masters(
             coinbase, maturity if coinbase else 0, locked, conflicting, unmined, created_at, None, None,
             external or extra > 0, extra, blocks_json, b"", b"", "[]", NO_SPENDABLE,
             b"" if coinbase else b"".join([i.prev_txid + _u32(i.prev_vout) for i in ins]),
+            script_keys(o.script for o in (outs[:batch_size] if extra else outs)),
         )  # fmt: skip
         if extra:
             rec.total_utxos = count_utxos(tx)  # the master counts the whole transaction
@@ -117,6 +127,7 @@ def master(tx: Tx, height: int, blocks: Sequence[Block], fee: int | None, **alik
 def snapshot(
     txid: bytes,
     hashes: dict[int, bytes | None],
+    scripts: dict[int, bytes],
     height: int,
     coinbase: bool,
     block: Block,
@@ -128,8 +139,12 @@ def snapshot(
     external: bool,
 ) -> Record:
     """The record of a snapshot entry group: mined in `block`, holding only the listed outputs
-    (`hashes`: vout → UTXO hash, None for a data carrier). Outputs past the batch size go to the
-    pages that hold them (in `pages`); a page no listed output needs is simply absent."""
+    (`hashes`: vout → UTXO hash, None for a data carrier; `scripts`: vout → its script). Outputs
+    past the batch size go to the pages that hold them (in `pages`); a page no listed output
+    needs is simply absent."""
+    def keys(first: int, stop: int) -> bytes:
+        return script_keys(scripts.get(v, b"") for v in range(first, stop))
+
     top = max(hashes)
     by_page: dict[int, list[int]] = {}
     for v in hashes:
@@ -146,6 +161,7 @@ def snapshot(
         external=external,
         total_extra_recs=top // batch_size,
         blocks=encode_blocks([block]),
+        script_keys=keys(0, min(top + 1, batch_size)),
     )
     for k, vs in sorted(by_page.items()):
         first, last = k * batch_size, max(vs)
@@ -155,6 +171,7 @@ def snapshot(
             sum(hashes[v] is not None for v in vs),
             0,
             page=k,
+            script_keys=keys(first, last + 1),
         )
     apply_dah(rec, dah_height, retention)
     rec.dirty.clear()

@@ -10,6 +10,7 @@ Invariants:
   spent). The master's `total_utxos`/`spent_utxos` count the whole transaction, every page
   included; a child page keeps its own.
 - A master's `pages` holds only child pages loaded under its lock, by index (never page 0).
+- `script_keys` is set when the record is created and never changes.
 - Every change goes through `touch`, which names the changed fields: a backend writes exactly
   those (`dirty`) back, and a record with nothing dirty is not written at all.
 """
@@ -66,6 +67,9 @@ class Record:
     reassignments: str = "[]"  # JSON [{offset, utxo_hash, new_utxo_hash, block_height}, …]
     spendable_in: str = NO_SPENDABLE  # JSON {vout: first spendable height} of reassigned outputs
     inpoints: bytes = b""  # 36 bytes per input: parent txid ‖ vout (LE u32)
+    # 8 bytes per slot: the script index key of its output (`stores.utxo.scripts`), so that a
+    # spend removes the output's index entry without reading the transaction
+    script_keys: bytes = b""
     pages: dict[int, Record] = field(default_factory=dict)
     dirty: set[str] = field(default_factory=set)
     partial: bool = False  # loaded for the rules only: the metadata none of them reads is absent
@@ -93,6 +97,12 @@ class Record:
         if off + SLOT > len(rec.utxos) or rec.utxos.startswith(slots.NO_HASH, off):
             return None
         return rec, off
+
+    def script_key(self, rec: Record, off: int) -> int:
+        """The script index key of the output in the slot at byte offset `off` of this master or
+        its page `rec` (`stores.utxo.scripts.script_key`)."""
+        at = off // SLOT * 8
+        return int.from_bytes(rec.script_keys[at : at + 8], "little", signed=True)
 
     def set_spending(self, rec: Record, off: int, data: bytes, spent: int) -> None:
         """Write a slot's spending data (in this master or its page `rec`); `spent` is the change

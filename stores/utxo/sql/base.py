@@ -27,7 +27,7 @@ from stores.utxo.kernel.record import Record
 from stores.utxo.sql import codec
 
 T = TypeVar("T")
-SCHEMA_VERSION = "utxoflow-sql-6"  # bump on any change existing stores cannot be read with
+SCHEMA_VERSION = "utxoflow-sql-7"  # bump on any change existing stores cannot be read with
 
 
 class SqlBase:

@@ -29,6 +29,7 @@ RECORD_COLS = (
     "locked", "creating", "conflicting", "unmined_since", "created_at", "preserve_until",
     "delete_at_height", "external", "total_extra_recs", "total_utxos", "spent_utxos", "blocks",
     "conflicting_children", "deleted_children", "reassignments", "spendable_in", "inpoints", "utxos",
+    "script_keys",
 )  # fmt: skip
 TX_COLS = (*RECORD_COLS, "raw_format", "raw")
 INSERT_TX = (
@@ -37,9 +38,9 @@ INSERT_TX = (
 )
 # The same rows through PostgreSQL's COPY (`stores.utxo.postgresql`): every column a value.
 COPY_TX = f"COPY txs ({', '.join(TX_COLS)}) FROM STDIN"
-PAGE_COLS = ("txid", "page", "creating", "total_utxos", "spent_utxos", "utxos")
+PAGE_COLS = ("txid", "page", "creating", "total_utxos", "spent_utxos", "utxos", "script_keys")
 INSERT_PAGE = (
-    f"INSERT INTO tx_pages ({', '.join(PAGE_COLS)}) VALUES (?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO tx_pages ({', '.join(PAGE_COLS)}) VALUES (?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (txid, page) DO NOTHING"
 )
 _BOOLS = frozenset({"is_coinbase", "locked", "creating", "conflicting", "external"})
@@ -118,13 +119,15 @@ def values(rec: Record, raw_format: int = RAW_NONE, raw: bytes | None = None) ->
         rec.spendable_in,
         rec.inpoints,
         bytes(rec.utxos),
+        rec.script_keys,
         raw_format,
         raw,
     ]
 
 
 def page_values(rec: Record) -> tuple[Any, ...]:
-    return rec.txid, rec.page, int(rec.creating), rec.total_utxos, rec.spent_utxos, bytes(rec.utxos)
+    return (rec.txid, rec.page, int(rec.creating), rec.total_utxos, rec.spent_utxos, bytes(rec.utxos),
+            rec.script_keys)
 
 
 Update = tuple[str, Callable[[Record], Any], tuple[int, ...]]
@@ -185,6 +188,7 @@ CREATE_COLS = (
     "utxos",
     "raw",
     "created_at",
+    "script_keys",
 )
 SHARED_COLS = (
     "locked",
@@ -266,4 +270,5 @@ def create_values(rec: Record, raw: bytes) -> list[Any]:
         bytes(rec.utxos),
         raw,
         rec.created_at,
+        rec.script_keys,
     ]

@@ -89,7 +89,7 @@ class CreateMixin(SpendMixin, CreatePlanMixin):
         dups: list[int] = []
         if insert is not None:
             copy = (codec.COPY_CREATE, codec.create_shared(results[todo[0][0]]))  # type: ignore[arg-type]
-            dups = self._insert_new("create", todo, insert, after, copy)
+            dups = self._insert_new("create", todo, insert, after, copy, results)
         if external:
             self._create_external(
                 txs,
@@ -180,7 +180,7 @@ class CreateMixin(SpendMixin, CreatePlanMixin):
             results[i] = rec
         if todo:
             after = self._list_on_parents(txs) if conflicting else None
-            for i in self._insert_new("create", todo, codec.INSERT_TX, after, (codec.COPY_TX, ())):
+            for i in self._insert_new("create", todo, codec.INSERT_TX, after, (codec.COPY_TX, ()), results):
                 results[i] = TxExists(f"tx {hash_to_hex(txs[i].txid)} already exists", txid=txs[i].txid)
 
     def begin_paged(self, tx: Tx, block_height: int, batch: Sequence[Tx] = ()) -> twophase.Creation:
@@ -193,11 +193,13 @@ class CreateMixin(SpendMixin, CreatePlanMixin):
         insert: str,
         after: Callable[[Any, set[bytes]], None] | None = None,
         copy: Copy | None = None,
+        records: Sequence[Any] = (),
     ) -> list[int]:
         """Insert the rows whose txid is not stored yet (`after(cursor, inserted txids)` runs in
         the same unit); return the indexes of those that were. Each row's first value is its
         id, set here. `copy`: the same rows as a COPY statement and the values `insert` holds
-        as literals, for a backend that copies (`_insert_rows`)."""
+        as literals, for a backend that copies (`_insert_rows`). `records[i]`: the `Record` of
+        row i (by its index in the call), whose script index entries the unit writes too."""
         ordered = sorted(todo, key=lambda t: t[1])  # one insertion order for every writer: no deadlocks
         sql = self.db.q(insert)
 
@@ -206,6 +208,11 @@ class CreateMixin(SpendMixin, CreatePlanMixin):
                 row[2][0] = i
             if self._insert_rows(cur, sql, copy, [row[2] for row in rows]) != len(rows):
                 raise _Raced()
+            if records:
+                made = [records[row[0]] for row in rows]
+                for rec, row in zip(made, rows):
+                    rec.id = row[2][0]
+                self._index_new(cur, made)
             if after is not None:
                 after(cur, {row[1] for row in rows})
 

@@ -25,10 +25,10 @@ from typing import Any
 from stores.lease import lapsed
 from stores.utxo import validate
 from stores.utxo.records import LOCK_TYPE, CreationLock
-from stores.utxo.sql.base import SqlBase
+from stores.utxo.sql.scripts import ScriptIndexMixin
 
 
-class LockMixin(SqlBase):
+class LockMixin(ScriptIndexMixin):
     lock_base_ttl = 30.0
     lock_per_record_ttl = 2.0
     lock_max_ttl = 300.0

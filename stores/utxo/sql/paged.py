@@ -24,6 +24,7 @@ from stores.utxo.errors import ProcessingError, TxNotFound
 from stores.utxo.kernel.record import Record
 from stores.utxo.sql import codec
 from stores.utxo.sql.locks import LockMixin
+from stores.utxo.sql.scripts import live_entries
 
 
 class PagedMixin(LockMixin):
@@ -122,6 +123,7 @@ class PagedMixin(LockMixin):
                 )
             cur.execute(self.db.q("UPDATE txs SET creating = 0 WHERE txid = ?"), (txid,))
             cur.execute(self.db.q("DELETE FROM tx_creations WHERE txid = ?"), (txid,))
+            self._index_created(cur, txid)
             # A dead creator's lock row whose TTL has passed has nothing left to guard.
             cur.execute(
                 self.db.q("DELETE FROM tx_locks WHERE txid = ? AND expires_at <= ?"),
@@ -130,6 +132,26 @@ class PagedMixin(LockMixin):
             return True
 
         return self.db.write(f"clear creating on the master record of tx {hash_to_hex(txid)}", unit)
+
+    def _index_created(self, cur: Any, txid: bytes) -> None:
+        """A multi-record tx becomes whole: every output's script index entry (none was spent:
+        a record being created cannot be), a page at a time (a million outputs are 50 pages)."""
+        cur.execute(self.db.q("SELECT id, utxos, script_keys FROM txs WHERE txid = ?"), (txid,))
+        r = cur.fetchone()
+        master = Record(txid, bytearray(r[1]), 0, 0, id=r[0], script_keys=bytes(r[2]))
+        self._index_new(cur, [master])
+        sql = self.db.q(
+            "SELECT page, utxos, script_keys FROM tx_pages WHERE txid = ? AND page > ? ORDER BY page LIMIT 1"
+        )
+        at = 0
+        while True:
+            cur.execute(sql, (txid, at))
+            r = cur.fetchone()
+            if r is None:
+                return
+            at = r[0]
+            pg = Record(txid, bytearray(r[1]), 0, 0, page=at, script_keys=bytes(r[2]))
+            self._index_rows(cur, live_entries(master, pg, at * self.batch_size))
 
     def complete_creation(self, txid: bytes, block_height: int | None = None) -> bool:
         """Finish a half-done creation of `txid` (see `twophase.complete_creation`)."""

@@ -16,11 +16,12 @@ from typing import Any
 
 from chain import Tx, hash_to_hex, parse_tx
 from stores.blob.protocol import BlobNotFound
-from stores.utxo import slots, validate
+from stores.utxo import scripts, slots, validate
 from stores.utxo.errors import Outpoint, ProcessingError, TxNotFound
 from stores.utxo.kernel import spend
 from stores.utxo.kernel.record import MINED_SQL, Record, meta_of
 from stores.utxo.records import OutputInfo, SpendInfo, Standing, TxMeta, UtxoStats
+from stores.utxo.scripts import ScriptUtxo
 from stores.utxo.sql import codec
 from stores.utxo.sql.prune import PruneMixin
 from stores.utxo.view import Segment, UtxoView, no_blob, record_outputs
@@ -29,7 +30,7 @@ FIELDS = frozenset(TxMeta._fields)
 SELECT_TX = f"SELECT {codec.FULL.select}, raw_format, raw FROM txs"
 # A record whose multi-record creation is unfinished lists nothing until it is complete.
 _CONFIRMED = f"{MINED_SQL} AND conflicting = 0 AND creating = 0"
-class ReadMixin(PruneMixin, UtxoView):
+class ReadMixin(PruneMixin, UtxoView, scripts.ScriptBalance):
     def get(self, txid: bytes, fields: Sequence[str] | None = None) -> TxMeta:
         validate.hash32("txid", txid)
         if fields is not None:
@@ -183,6 +184,62 @@ class ReadMixin(PruneMixin, UtxoView):
         the best chain (or conflicting ones, whose spends the chain logic takes back) are ever
         pruned, and a parent can outlive its spenders."""
         return self._those("spender lookup", sorted(txids), f"NOT ({MINED_SQL})")
+
+    # -- the script index ------------------------------------------------------------------------
+    def script_utxos(
+        self, scripthash: bytes, *, after: str | None = None, limit: int = 1000, confirmed: bool = False
+    ) -> tuple[list[ScriptUtxo], str | None]:
+        """A page of the unspent outputs of the script with this hash (`stores.utxo.scripts`),
+        and the cursor after it (None: the last page)."""
+        validate.hash32("scripthash", scripthash)
+        scripts.check_limit(limit)
+        key, pos = scripts.script_key(scripthash), scripts.parse_cursor(after)
+        out: list[ScriptUtxo] = []
+        sql = self.db.q(
+            "SELECT rid, vout FROM script_utxos WHERE sh = ? AND (rid > ? OR (rid = ? AND vout > ?)) "
+            "ORDER BY rid, vout LIMIT ?"
+        )
+        while len(out) < limit:
+            want = limit - len(out)
+
+            def page(cur: Any, at: tuple[int, int] = pos, n: int = want) -> list[Any]:
+                cur.execute(sql, (key, at[0], at[0], at[1], n))
+                return list(cur.fetchall())
+
+            entries = [(int(r[0]), int(r[1])) for r in self.db.read("script index", page)]
+            out += self._script_listed(entries, scripthash, confirmed)
+            if len(entries) < want:
+                return out, None
+            pos = entries[-1]
+        return out, scripts.cursor(pos)
+
+    def _script_listed(
+        self, entries: list[tuple[int, int]], scripthash: bytes, confirmed: bool
+    ) -> list[ScriptUtxo]:
+        """What these entries show (`scripts.listed`), in their order, read from their records."""
+        if not entries:
+            return []
+        rows = self.db.read("script index records", lambda cur: self.db.select_in(
+            cur, f"{SELECT_TX} WHERE id", sorted({rid for rid, _v in entries})
+        ))
+        n = len(codec.RECORD_COLS)
+        recs = {int(r[0]): (codec.record(r), r[n], r[n + 1]) for r in rows}
+        vouts: dict[int, list[int]] = {}
+        for rid, v in entries:
+            vouts.setdefault(rid, []).append(v)
+        outputs = {
+            rid: self._outputs_of(rec, fmt, raw, vouts[rid]) for rid, (rec, fmt, raw) in recs.items()
+            if not (rec.conflicting or rec.creating)
+        }
+        out: list[ScriptUtxo] = []
+        for rid, v in entries:
+            got = recs.get(rid)
+            u = scripts.listed(
+                got and got[0], v, outputs.get(rid, {}).get(v), scripthash, scripts.cursor((rid, v))
+            )
+            if u is not None and (u.confirmed or not confirmed):
+                out.append(u)
+        return out
 
     def stats(self) -> UtxoStats:
         n = sats = txs = 0

@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS txs (
     spendable_in TEXT NOT NULL,
     inpoints {blob} NOT NULL,
     utxos {blob} NOT NULL,
+    script_keys {blob} NOT NULL,
     raw_format SMALLINT NOT NULL,
     raw {blob}
 ){opts}
@@ -66,6 +67,7 @@ CREATE TABLE IF NOT EXISTS tx_pages (
     total_utxos INTEGER NOT NULL,
     spent_utxos INTEGER NOT NULL,
     utxos {blob} NOT NULL,
+    script_keys {blob} NOT NULL,
     PRIMARY KEY (txid, page)
 )
 """
@@ -78,6 +80,19 @@ CREATE TABLE IF NOT EXISTS tx_creations (
     txid {blob} PRIMARY KEY,
     options TEXT NOT NULL
 )
+"""
+
+# The script index (`stores.utxo.scripts`): an entry per unspent output, by the key of its
+# script, then its place in the store (the record's `id`, its vout) — the order pages go in.
+# Written in the same unit as the record change that makes or ends the output. Only the key
+# and the place: all an entry shows is read from its record.
+SCRIPTS = """
+CREATE TABLE IF NOT EXISTS script_utxos (
+    sh BIGINT NOT NULL,
+    rid BIGINT NOT NULL,
+    vout BIGINT NOT NULL,
+    PRIMARY KEY (sh, rid, vout)
+){index_opts}
 """
 
 META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
@@ -107,10 +122,13 @@ INDEXES = [
 ]
 
 
-def ddl(blob: str, bigint: str, opts: str = "", extra: tuple[str, ...] = ()) -> list[str]:
+def ddl(
+    blob: str, bigint: str, opts: str = "", extra: tuple[str, ...] = (), index_opts: str = ""
+) -> list[str]:
     return [
         *extra,
         TXS.format(blob=blob, bigint=bigint, opts=opts),
+        SCRIPTS.format(index_opts=index_opts),
         PAGES.format(blob=blob),
         CREATIONS.format(blob=blob),
         META,

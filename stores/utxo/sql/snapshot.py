@@ -95,9 +95,10 @@ class SnapshotMixin(CreateMixin):
             t = bytes(found[0][0])
             raise TxExists(f"snapshot tx {hash_to_hex(t)} already exists", txid=t)
         rows = [codec.values(rec, fmt, raw) for rec, fmt, raw in recs]
-        for i, row in zip(self._reserve_ids(cur, len(rows)), rows):
-            row[0] = i
+        for i, row, (rec, _f, _r) in zip(self._reserve_ids(cur, len(rows)), rows, recs):
+            row[0] = rec.id = i
         cur.executemany(self.db.q(codec.INSERT_TX), rows)
+        self._index_new(cur, [rec for rec, _f, _r in recs])
         pages = [codec.page_values(pg) for rec, _f, _r in recs for pg in rec.pages.values()]
         if pages:
             cur.executemany(self.db.q(codec.INSERT_PAGE), pages)

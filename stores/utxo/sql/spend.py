@@ -2,7 +2,8 @@
 (`kernel.spend`, `kernel.outputs`), write back what it touched.
 
 Invariants:
-- Each call is one write unit: what the kernel decided is written whole or not at all.
+- Each call is one write unit: what the kernel decided is written whole or not at all, with
+  the script index entries it ends (a spend) or makes again (an unspend).
 - The delete-at-height is applied after spends (at the spend's height) and unspends (at the
   store's), to every record they changed; freeze, unfreeze and reassign leave it alone.
 """
@@ -73,6 +74,7 @@ class SpendMixin(ReadMixin):
             )
             self._apply_dah(parents.values(), height)
             self._write(cur, parents.values())
+            self._unindex_spent(cur, parents, [s for r in results if isinstance(r, list) for s in r])
             return results
 
         return self.db.write("spend", unit)
@@ -105,6 +107,7 @@ class SpendMixin(ReadMixin):
                 for p in parents.values():
                     state.set_locked(p, True, height, self.retention)
             self._write(cur, parents.values())
+            self._index_unspent(cur, parents, [s for s, e in zip(spends, out) if e is None])
             return out
 
         return self.db.write("unspend", unit)

@@ -219,6 +219,7 @@ class StateMixin(PagedMixin):
 
     def _delete(self, cur: Any, gone: Sequence[Record]) -> None:
         if gone:
+            self._unindex_gone(cur, gone)
             # only a multi-record tx has pages, and only an unfinished creation a creation note
             keys = [(r.txid,) for r in gone if r.total_extra_recs or r.creating]
             if keys:
