@@ -99,6 +99,8 @@ class BlockApplier(Conflicts):
     _planned: tuple[Block, dict[bytes, Standing]] | None = None
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     delta: commitment.Delta | None = None  # the last applied block's change to the confirmed set
+    # the coins of the blocks applied last (the sequencer clears it where the chain breaks off)
+    coins: commitment.RecentCoins = dataclasses.field(default_factory=commitment.RecentCoins)
 
     # -- apply ---------------------------------------------------------------------------------
     def plan(self, block: Block) -> dict[str, Any]:
@@ -129,7 +131,8 @@ class BlockApplier(Conflicts):
             try:
                 with metrics.phase("check", self.timings):
                     conflicting = self.check_known(block, created)
-                    spent = self.utxo.get_outputs(commitment.outside_inputs(block))
+                    known, missing = self.coins.take(commitment.outside_inputs(block))
+                    spent = self.utxo.get_outputs(missing) if missing else {}
                 with metrics.phase("create", self.timings):
                     made = self.create_phase(block, created, ctx)
                 with metrics.phase("reclaim", self.timings):
@@ -137,12 +140,14 @@ class BlockApplier(Conflicts):
                 with metrics.phase("spend", self.timings):
                     skipped = self.spend_phase(block, created, ctx)
             except BlockRefused:
+                self.coins.clear()  # (it took the coins the block spends)
                 self.rollback(block, undo)
                 raise
         with metrics.phase("mine", self.timings):
             self.mine_phase(block, ctx, made)
         with metrics.phase("commit", self.timings):
-            self.delta = commitment.block_delta(block, height, spent)
+            self.delta, coins = commitment.block_delta(block, height, spent, known)
+            self.coins.add(coins)
         if height > 0:  # a base block without BIP34 is height 0, which no store height may be
             self.utxo.set_block_height(height)
         return {"txs": len(block.txs), "created": len(created), "missing_inputs": skipped}

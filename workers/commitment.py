@@ -21,6 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -53,40 +54,85 @@ def outside_inputs(block: Block) -> list[Outpoint]:
     ]
 
 
-def block_delta(block: Block, height: int, spent: Mapping[Outpoint, OutputInfo]) -> Delta:
-    """The block's change to the set; `spent`: the store's view of `outside_inputs` (an input
-    missing from it spends nothing of the set)."""
+class RecentCoins:
+    """The coins (`coin_bytes`) the blocks this process applied last created, by outpoint,
+    bounded: a block mostly spends what the blocks just before it made, and these need no read
+    of the store. A coin's bytes hold its height, which is its block's on one chain only: the
+    owner (`workers.sequencer`) clears this whenever the block it applies does not continue the
+    one it applied last, and on any disconnection, take-back or rebase. A coin a block spends
+    leaves (a reorg that gives it back is such a break)."""
+
+    def __init__(self, max_coins: int = 400_000) -> None:
+        self.max_coins = max_coins
+        self._coins: OrderedDict[Outpoint, bytes] = OrderedDict()
+
+    def clear(self) -> None:
+        self._coins.clear()
+
+    def take(self, ops: Iterable[Outpoint]) -> tuple[dict[Outpoint, bytes], list[Outpoint]]:
+        """(the coins of `ops` held here, removed; the outpoints not held)."""
+        found: dict[Outpoint, bytes] = {}
+        missing: list[Outpoint] = []
+        pop = self._coins.pop
+        for op in ops:
+            c = pop(op, None)
+            if c is None:
+                missing.append(op)
+            else:
+                found[op] = c
+        return found, missing
+
+    def add(self, coins: Mapping[Outpoint, bytes]) -> None:
+        self._coins.update(coins)
+        while len(self._coins) > self.max_coins:
+            self._coins.popitem(last=False)
+
+
+def block_delta(
+    block: Block, height: int, spent: Mapping[Outpoint, OutputInfo], known: Mapping[Outpoint, bytes] = {}
+) -> tuple[Delta, dict[Outpoint, bytes]]:
+    """The block's change to the set, and the coins it created (by outpoint). The coins its
+    inputs spend from outside it are `known` (their bytes) or as the store has them in `spent`;
+    an input in neither spends nothing of the set."""
     in_block = {t.txid for t in block.txs}
     within = {
         (i.prev_txid, i.prev_vout) for t in block.txs if not t.is_coinbase
         for i in t.inputs if i.prev_txid in in_block
     }
-    created: list[bytes] = []
+    made: dict[Outpoint, bytes] = {}
     n = sats = 0
     for t in block.txs:
         txid, cb = t.txid, t.is_coinbase
         for vout, o in enumerate(t.outputs):
             if is_data_carrier(o.satoshis, o.script) or (within and (txid, vout) in within):
                 continue
-            created.append(coin_bytes(txid, vout, height, cb, o.satoshis, o.script))
+            made[(txid, vout)] = coin_bytes(txid, vout, height, cb, o.satoshis, o.script)
             n += 1
             sats += o.satoshis
     out: list[bytes] = []
     for op in outside_inputs(block):
-        info = spent.get(op)
-        if info is None:
-            continue
-        if info.height is None:  # (the block's checks refuse spending an unmined parent)
-            raise StorageError(
-                f"output {hash_to_hex(op[0])}:{op[1]} is spent by block {block.hash_hex} but its "
-                "transaction is in no block: the block's commitment cannot be computed"
-            )
-        out.append(coin_bytes(op[0], op[1], info.height, info.coinbase, info.satoshis, info.script))
+        c = known.get(op)
+        if c is None:
+            info = spent.get(op)
+            if info is None:
+                continue
+            if info.height is None:  # (the block's checks refuse spending an unmined parent)
+                raise StorageError(
+                    f"output {hash_to_hex(op[0])}:{op[1]} is spent by block {block.hash_hex} but its "
+                    "transaction is in no block: the block's commitment cannot be computed"
+                )
+            c = coin_bytes(op[0], op[1], info.height, info.coinbase, info.satoshis, info.script)
+        out.append(c)
         n -= 1
-        sats -= info.satoshis
+        sats -= _coin_value(c)
     h = MuHash()
-    h.update(created, out)
-    return Delta(h, n, sats)
+    h.update(made.values(), out)
+    return Delta(h, n, sats), made
+
+
+def _coin_value(coin: bytes) -> int:
+    """The satoshis a `coin_bytes` holds (after txid, vout and the height code)."""
+    return int.from_bytes(coin[40:48], "little", signed=True)
 
 
 def advance(parent: Commitment, delta: Delta) -> Commitment:

@@ -128,9 +128,10 @@ class Sequencer:
         # blocks this worker's passes made final (applied, refused): their message ids go once
         # a pass ends with the chain at rest (`take_settled`), theirs or left to this worker
         self._settled: set[bytes] = set()
-        # the last block this worker applied, with its commitment: its child continues from it
-        # even before the batch holding it commits
-        self._last: tuple[bytes, Commitment] | None = None
+        # the last block this worker applied (hash, height) with its commitment: its child
+        # continues from it even before the batch holding it commits. Forgotten, with the
+        # applier's recent coins, at any break: see `_parent_commitment`
+        self._last: tuple[bytes, int, Commitment] | None = None
 
     def take_settled(self) -> list[bytes]:
         """The blocks settled by this worker's passes since the last call (call it after an
@@ -204,7 +205,6 @@ class Sequencer:
 
     def _pass(self, check_budget: Callable[[], None]) -> BlockEntry | None:
         """Under the lease: finish what a dead worker left, rebase, then apply the best chain."""
-        self._last = None  # (a rebase changes heights, so commitments: none is carried over)
         self._take_back_unfinished()
         self._rebase(check_budget)
         while True:
@@ -294,6 +294,7 @@ class Sequencer:
         marked = applying_blocks(self.state)
         if not marked:
             return
+        self._forget()
         for k in reversed(range(len(marked))):  # the last applied first: each on what was before it
             block_hash = marked[k]
             undo = self.state.get_undo(block_hash)
@@ -338,15 +339,20 @@ class Sequencer:
             self.applier.heartbeat = _no_beat
         assert self.applier.delta is not None
         made = commitment.advance(parent, self.applier.delta)
-        self._last = (e.hash, made)
+        self._last = (e.hash, e.height, made)
         seconds = time.perf_counter() - t0
         batch.add(Applied(e, undo, counts, seconds, len(block.txs), self.applier.timings, made))
         return True
 
     def _parent_commitment(self, e: BlockEntry) -> Commitment:
-        """The confirmed set's commitment as `e`'s parent left it (see `workers.commitment`)."""
-        if self._last is not None and self._last[0] == e.parent:
-            return self._last[1]  # applied just before, its commit perhaps still in the batch
+        """The confirmed set's commitment as `e`'s parent left it (see `workers.commitment`).
+        Where `e` does not continue the block this worker applied last (at the height it had
+        then: a rebase moves heights), another worker applied blocks meanwhile, or this one
+        went back: the recent coins may be another chain's, and go."""
+        last = self._last
+        if last is not None and last[0] == e.parent and e.height == last[1] + 1:
+            return last[2]  # applied just before, its commit perhaps still in the batch
+        self._forget()
         p = self.state.get_block(e.parent)
         if p is None or p.status is not BlockStatus.APPLIED:
             return commitment.EMPTY  # the chain's first block
@@ -370,6 +376,7 @@ class Sequencer:
             batch.flush()
             raise
         except BaseException as exc:
+            self._forget()  # (rolled back: what it applied is not in the store)
             batch.abort(exc)
             raise
         batch.flush()
@@ -417,9 +424,15 @@ class Sequencer:
 
         return renew
 
+    def _forget(self) -> None:
+        """Nothing applied before carries over: the last block's commitment, the recent coins."""
+        self._last = None
+        self.applier.coins.clear()
+
     def _disconnect(self, e: BlockEntry) -> None:
         """A reorg takes this applied block off the best chain: its transactions stay, unmined."""
         assert e.height is not None
+        self._forget()
         block = self.load(e.hash)
         self.state.commit(meta={DISCONNECTING: e.hash.hex()})  # from here on it is finished
         self.applier.disconnect(block, e.height, e.block_id)
@@ -435,6 +448,7 @@ class Sequencer:
         if undo is None:
             self._disconnect(e)
             return
+        self._forget()
         self.applier.rollback(self.load(e.hash), undo)
         self._off_chain(e)
 

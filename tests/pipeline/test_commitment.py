@@ -1,0 +1,43 @@
+"""The UTXO-set commitment when the chain passes between workers: each worker carries the last
+block it applied (its commitment, and the coins it made, so the next block needs no read of
+them) — and must drop both when another worker moved the chain meanwhile, here by a reorg that
+mines the same transaction at another height. Checked against the model after every step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stores.blob import open_blob_store
+from stores.state import BlockStatus, open_state_store
+from stores.utxo import open_utxo_store
+from tests.pipeline.chains import spend
+from tests.pipeline.world import World
+from workers.sequencer import Sequencer
+
+
+def test_a_worker_takes_up_the_chain_after_another_mined_its_coins_at_another_height(
+    seq: Sequencer, urls: tuple[str, str], tmp_path: Path
+) -> None:
+    a = World(seq)  # worker A: the fixture's sequencer
+    blobs = f"file://{tmp_path}/blobs"
+    b = Sequencer(open_utxo_store(urls[0], blob_url=blobs), open_state_store(urls[1]), open_blob_store(blobs))
+    try:
+        fork = len(a.chain.blocks) - 1  # the block t's block will follow
+        t = spend((a.funds[1], 0), n_outputs=2)
+        a.add([t])  # A mines t at height 1002 and keeps its coins
+        side = a.chain.fork(fork)
+        side.add([spend((a.funds[2], 0))])  # height 1002, without t
+        for raw in (side.blocks[-1], side.add([t])):  # t again, at 1003: B takes the chain over
+            b.submit(raw)
+        tip = a.seq.state.tip()
+        assert tip is not None and tip.hash == side.parent and tip.height == 1003
+        a.chain = side
+        a.check()
+        # A applies the next block, spending t's coins: their height is 1003 now, not 1002
+        e = a.seq.submit(side.add([spend((t, 0), (t, 1))]))
+        assert e.status is BlockStatus.APPLIED
+        a.check()
+        a.add([spend((a.funds[3], 0))])  # and goes on from its own last block
+    finally:
+        b.utxo.close()
+        b.state.close()
