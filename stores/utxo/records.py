@@ -148,6 +148,8 @@ class OutputInfo:
             d["spending_vin"] = self.spending_vin
         d["satoshis"] = self.satoshis
         d["script"] = self.script.hex()
+        d["height"] = self.height
+        d["coinbase"] = self.coinbase
         if self.spendable_in is not None:
             d["spendable_in"] = self.spendable_in
         return d

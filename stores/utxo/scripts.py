@@ -26,6 +26,7 @@ from hashlib import sha256
 from typing import Any
 
 from chain import TxOut, is_data_carrier
+from stores.utxo import slots
 from stores.utxo.errors import ProcessingError
 from stores.utxo.kernel.record import Record
 from stores.utxo.records import Utxo
@@ -107,13 +108,19 @@ def check_limit(limit: int) -> None:
 
 
 def listed(
-    rec: Record | None, vout: int, output: tuple[int, bytes] | None, wanted: bytes, at: str
+    rec: Record | None, vout: int, output: tuple[int, bytes] | None, wanted: bytes, at: str,
+    batch_size: int,
 ) -> ScriptUtxo | None:
     """What an entry shows (see the module), or None when it shows nothing: its record gone or
-    conflicting or being created, the output unknown, or its script not the one asked for.
-    `at`: the entry's cursor."""
+    conflicting or being created, the output spent since the entry was read (where its slot is
+    loaded), unknown, or its script not the one asked for. `at`: the entry's cursor."""
     if rec is None or rec.conflicting or rec.creating or output is None:
         return None
+    loc = rec.locate(vout, batch_size)
+    if loc is not None:
+        state = bytes(loc[0].utxos[loc[1] + 32 : loc[1] + slots.SLOT])
+        if state != slots.UNSPENT and state != slots.FROZEN:
+            return None
     sats, script = output
     if sha256(script).digest() != wanted:
         return None

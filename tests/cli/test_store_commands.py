@@ -72,6 +72,7 @@ def test_outpoint_of_an_imported_output(imported: Imported, snapshot: list[Entry
         assert out["utxo_hash"] == h[::-1].hex()
         assert "spending_txid" not in out
         assert (out["satoshis"], out["script"]) == (e["value"], e["script"])
+        assert (out["height"], out["coinbase"]) == (e["height"], e["coinbase"])
 
 
 def test_outpoint_missing_exits_1(imported: Imported, snapshot: list[Entry], prevouts: list[Entry]) -> None:

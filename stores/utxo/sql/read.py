@@ -235,7 +235,8 @@ class ReadMixin(PruneMixin, UtxoView, scripts.ScriptBalance):
         for rid, v in entries:
             got = recs.get(rid)
             u = scripts.listed(
-                got and got[0], v, outputs.get(rid, {}).get(v), scripthash, scripts.cursor((rid, v))
+                got and got[0], v, outputs.get(rid, {}).get(v), scripthash, scripts.cursor((rid, v)),
+                self.batch_size,
             )
             if u is not None and (u.confirmed or not confirmed):
                 out.append(u)
