@@ -18,7 +18,8 @@ def rows(store: UtxoStore, txids: list[bytes]) -> list[tuple[Any, ...]]:
     s: Any = store
     if s.url.startswith("aerospike://"):  # the records' bins, read by key with the client itself
         found = s._read_bins([s.key(t) for t in txids])
-        return sorted(tuple(sorted((k, v) for k, v in b.items() if k != "createdAt")) for b in found if b)
+        skip = ("createdAt", "rid")  # (a record made again gets a new id, as a SQL row would)
+        return sorted(tuple(sorted((k, v) for k, v in b.items() if k not in skip)) for b in found if b)
     cols = (
         "txid, version, locktime, fee, size_in_bytes, is_coinbase, spending_height, locked, "
         "creating, conflicting, unmined_since, preserve_until, delete_at_height, external, "

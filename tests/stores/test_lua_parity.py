@@ -1,7 +1,8 @@
 """The Lua module (`stores/utxo/aerospike/utxoflow.lua`) is the record kernel ported: the same
 generated record states and calls go through the Python kernel and through the module on a
 real Aerospike server, and the verdicts, the errors' words and every field of the records
-after must be the same. Needs `AEROSPIKE_HOSTS` (tests/aerospike_server.py)."""
+after must be the same — and the script index's `liveKeys` the module keeps must be what the
+codec makes of the kernel's record after. Needs `AEROSPIKE_HOSTS` (tests/aerospike_server.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from chain import Tx
 from chain.build import build_tx, spend_input
 from stores.utxo import slots
-from stores.utxo.kernel import dah, outputs, spend, state
+from stores.utxo.kernel import create, dah, outputs, spend, state
 from stores.utxo.kernel.record import Record
 from tests.aerospike_server import drop_set, needs_aerospike, new_url
 from tests.stores.test_kernel import BATCH, PARENT_TXS, SCRIPTS, SPENDER, outcome, parents, spender_txs
@@ -29,6 +30,7 @@ FIELDS = (
     "spending_height", "unmined_since", "blocks", "preserve_until", "delete_at_height",
     "conflicting_children", "deleted_children", "reassignments", "spendable_in",
 )  # fmt: skip
+CHECKED = (*FIELDS, "live_keys")  # (the last: the map bin, `codec.live_keys` of the kernel's record)
 SETTINGS = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -51,7 +53,9 @@ def records(draw: st.DrawFn) -> dict[bytes, Record]:
     """`test_kernel.parents` with the rest of the state drawn too: blocks, the longest chain,
     preservation, a delete-at-height, conflicting children."""
     recs = draw(parents())
+    by_txid = {tx.txid: tx for tx in PARENT_TXS}
     for rec in recs.values():
+        rec.script_keys = create.script_keys(o.script for o in by_txid[rec.txid].outputs)
         # often one spend short of all spent, or all spent: where the delete-at-height turns
         fill = draw(st.sampled_from(["as drawn", "one left", "all"]))
         unspent = [v for v in range(3) if rec.utxos[v * 68 + 32 : v * 68 + 68] == slots.UNSPENT and
@@ -98,7 +102,7 @@ def stored(rules: Any) -> dict[bytes, dict[str, Any]]:
             else (None, None, None)
         )
         if meta is not None:
-            out[tx.txid] = fields(from_bins(bins))
+            out[tx.txid] = {**fields(from_bins(bins)), "live_keys": dict(bins.get("liveKeys") or {})}
     return out
 
 
@@ -107,13 +111,15 @@ def fields(rec: Record) -> dict[str, Any]:
 
 
 def kernel_state(recs: dict[bytes, Record]) -> dict[bytes, dict[str, Any]]:
-    return {t: fields(r) for t, r in recs.items()}
+    from stores.utxo.aerospike.codec import live_keys
+
+    return {t: {**fields(r), "live_keys": live_keys(r)} for t, r in recs.items()}
 
 
 def assert_same(got: dict[bytes, dict[str, Any]], want: dict[bytes, dict[str, Any]]) -> None:
     assert got.keys() == want.keys()
     diff = {
-        (t.hex()[:8], f): (got[t][f], want[t][f]) for t in want for f in FIELDS if got[t][f] != want[t][f]
+        (t.hex()[:8], f): (got[t][f], want[t][f]) for t in want for f in CHECKED if got[t][f] != want[t][f]
     }
     assert not diff, f"(lua, kernel) differ: {diff}"
 

@@ -10,6 +10,9 @@ Invariants:
 - A record changes only through the Lua module (one call per record, atomic on the server) or
   a create-only write; nothing is read, changed in Python and written back.
 - Every client failure is a `StorageError` naming the store's URL without its password.
+- Record ids (`rid`, the script index's order) come from the meta record's counter `nextId`,
+  moved on atomically by a whole batch's worth at once: they only grow, and a creation that
+  starts after some ids were handed out draws higher ones (a PostgreSQL sequence's promise).
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ from stores.utxo.external import ExternalTxs
 from stores.utxo.kernel.record import Record
 from stores.utxo.prevouts import RecentOutputs
 
-SCHEMA_VERSION = "utxoflow-aerospike-1"
+SCHEMA_VERSION = "utxoflow-aerospike-2"  # 2: records carry scriptKeys, liveKeys and rid
 META = b"utxoflow-meta"  # the meta record's key (13 bytes)
 LOCK_PREFIX = b"L"  # a lock record's key: L ‖ txid (33 bytes)
+NEXT_ID = "nextId"  # the meta record's bin: the last record id handed out
 
 
 @contextmanager
@@ -184,6 +188,22 @@ class AerospikeBase:
             self.conn.client.put(self._meta_key(), values)
         except aex.AerospikeError as e:
             raise self._fail("writing the store's meta record", e) from e
+
+    def _reserve_ids(self, n: int) -> range:
+        """`n` new record ids (see the invariants), in one round trip. A retried increment
+        whose first try went through only leaves a gap: ids need not be dense."""
+        from aerospike import exception as aex
+        from aerospike_helpers.operations import operations as op
+
+        if n <= 0:
+            return range(0)
+        try:
+            ops = [op.increment(NEXT_ID, n), op.read(NEXT_ID)]
+            _k, _m, bins = self.conn.client.operate(self._meta_key(), ops)
+        except aex.AerospikeError as e:
+            raise self._fail("drawing record ids", e) from e
+        top = int(bins[NEXT_ID])
+        return range(top - n + 1, top + 1)
 
     def set_block_height(self, height: int) -> None:
         validate.height("block height", height, zero_ok=False)

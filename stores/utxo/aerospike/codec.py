@@ -9,14 +9,19 @@ Invariants:
   page last reported, and the kernel's whole-transaction `spent_utxos` is their sum.
 - The reassignment log holds hashes as bytes (the Lua module writes them so); the kernel's
   JSON form, with hashes as Bitcoin shows them, is made here and nowhere else.
+- `liveKeys` (the script index's, `stores.utxo.aerospike.scripts`) is no field: it is what
+  `live_keys` makes of a record's slots and `scriptKeys`, written with every new record (and
+  page), and kept so by the Lua module on every change of a slot.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 from typing import Any
 
 from chain import hash_to_hex
+from stores.utxo import slots
 from stores.utxo.kernel.record import Record, encode_blocks
 
 # Outputs per record (UTXO_BATCH_SIZE) on Aerospike: every spend reads and rewrites its whole
@@ -55,6 +60,8 @@ BINS: dict[str, str] = {
     "conflicting_children": "conflictingCs",
     "deleted_children": "deletedChildren",
     "inpoints": "inpoints",
+    "script_keys": "scriptKeys",
+    "id": "rid",  # the order of the script index (`scripts`), drawn when the master is created
 }
 BOOLS = frozenset({"creating", "is_coinbase", "locked", "conflicting", "external"})
 # fields whose zero value is written as no bin (the Lua module and `from_bins` read an absent
@@ -62,7 +69,7 @@ BOOLS = frozenset({"creating", "is_coinbase", "locked", "conflicting", "external
 # (0 is a fee; None is unknown), nor `page` (queries tell masters by it).
 AT_DEFAULT = frozenset({
     *BOOLS, "spent_utxos", "spending_height", "total_extra_recs", "conflicting_children", "deleted_children",
-    "inpoints", "version", "locktime",
+    "inpoints", "version", "locktime", "script_keys", "id",
 })  # fmt: skip
 BLOCK_BINS = ("blockIDs", "blockHeights", "subtreeIdxs")
 PAGE_SPENT = "pageSpent"
@@ -72,7 +79,38 @@ RAW_NONE, RAW_TX, RAW_OUTPUTS = 0, 1, 2
 MIRRORED = ("conflicting", "locked", "is_coinbase", "spending_height", "deleted_children")
 SPENDABLE_IN = "spendableIn"
 REASSIGNMENTS = "reassignments"
-assert all(len(b) <= 15 for b in (*BINS.values(), *BLOCK_BINS, PAGE_SPENT, SPENDABLE_IN, REASSIGNMENTS))
+LIVE_KEYS = "liveKeys"  # script key -> the record's live slots with that key (see the invariants)
+assert all(
+    len(b) <= 15 for b in (*BINS.values(), *BLOCK_BINS, PAGE_SPENT, SPENDABLE_IN, REASSIGNMENTS, LIVE_KEYS)
+)
+SLOT = slots.SLOT
+_KEY = struct.Struct("<q")  # a script key as `Record.script_keys` packs it
+_LIVE = (slots.UNSPENT, slots.FROZEN)
+
+
+def live_keys(rec: Record) -> dict[int, int]:
+    """The `liveKeys` of a record (a master's own slots, or a page's): per script key, how many
+    of its slots hold a UTXO that is unspent or frozen. A slot past the end of `script_keys`
+    (a record made without them) counts for no key, as in the Lua module."""
+    utxos, keys = rec.utxos, rec.script_keys
+    n_slots = len(utxos) // SLOT
+    n = min(n_slots, len(keys) >> 3)
+    out: dict[int, int] = {}
+    if (n == n_slots == rec.total_utxos and not rec.spent_utxos and rec.page == 0
+            and not rec.total_extra_recs and rec.reassignments == "[]"):
+        # a new one-record tx without data carriers, the common case: every slot is live
+        # (a reassignment adds to the count without a slot: its record takes the long way)
+        for (k,) in _KEY.iter_unpack(keys[: n * 8]):
+            out[k] = out.get(k, 0) + 1
+        return out
+    no_hash = slots.NO_HASH
+    for i in range(n):
+        off = i * SLOT
+        if utxos.startswith(no_hash, off) or utxos[off + 32 : off + SLOT] not in _LIVE:
+            continue
+        (k,) = _KEY.unpack_from(keys, i * 8)
+        out[k] = out.get(k, 0) + 1
+    return out
 
 
 def to_bins(rec: Record, raw_format: int = RAW_NONE, raw: bytes | None = None) -> dict[str, Any]:
@@ -89,6 +127,9 @@ def to_bins(rec: Record, raw_format: int = RAW_NONE, raw: bytes | None = None) -
         elif isinstance(value, bytearray):
             value = bytes(value)
         bins[name] = value
+    live = live_keys(rec)
+    if live:
+        bins[LIVE_KEYS] = live
     if rec.page == 0:
         blocks = rec.block_list()
         if blocks:
@@ -108,11 +149,20 @@ def to_bins(rec: Record, raw_format: int = RAW_NONE, raw: bytes | None = None) -
 
 
 def page_bins(page: Record, master: Record) -> dict[str, Any]:
-    """A child page's bins: its own slots and counts, and what it mirrors of its master."""
-    bins = {
+    """A child page's bins: its own slots, counts, script keys and `liveKeys`, and what it
+    mirrors of its master (its record-level fields, and its `rid`: the page's outputs sort
+    with the master's)."""
+    bins: dict[str, Any] = {
         "txid": page.txid, "page": page.page, "utxos": bytes(page.utxos), "recordUtxos": page.total_utxos,
         "spentUtxos": page.spent_utxos, "creating": int(page.creating),
     }  # fmt: skip
+    if page.script_keys:
+        bins[BINS["script_keys"]] = page.script_keys
+    if master.id:
+        bins[BINS["id"]] = master.id
+    live = live_keys(page)
+    if live:
+        bins[LIVE_KEYS] = live
     for field in MIRRORED:
         value = getattr(master, field)
         bins[BINS[field]] = int(value) if field in BOOLS else value

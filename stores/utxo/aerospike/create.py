@@ -10,6 +10,8 @@ Invariants:
   refused; a one-record transaction keeps its bytes in the record (`raw`).
 - A transaction created conflicting is listed on each of its parents' (masters')
   `conflictingCs` right after its own record is written.
+- Every new master draws its `rid` (`AerospikeBase._reserve_ids`) just before it is written;
+  its pages carry the same.
 - A snapshot import is checked whole before anything is written (no txid of it may exist);
   a failure while writing deletes what it wrote, so a failed import leaves the store as it was.
 """
@@ -93,9 +95,10 @@ class CreateMixin(PagedMixin, CreatePlanMixin):
         """Write the records in `results[which]` create-only (the transaction's bytes with them
         when `raw`); one that exists becomes TxExists."""
         items = []
-        for i in which:
+        for i, rid in zip(which, self._reserve_ids(len(which))):
             rec = results[i]
             assert isinstance(rec, Record)
+            rec.id = rid
             bins = codec.to_bins(rec, codec.RAW_TX, txs[i].raw) if raw else codec.to_bins(rec)
             items.append((self.key(rec.txid), bins))
         made = self._create_only(items)
@@ -199,7 +202,8 @@ class CreateMixin(PagedMixin, CreatePlanMixin):
         if there:
             raise TxExists(f"snapshot tx {hash_to_hex(there[0])} already exists", txid=there[0])
         items = []
-        for rec, outputs in recs:
+        for (rec, outputs), rid in zip(recs, self._reserve_ids(len(recs))):
+            rec.id = rid
             bins = codec.to_bins(rec) if outputs is None else codec.to_bins(rec, codec.RAW_OUTPUTS, outputs)
             items.append((self.key(rec.txid), bins))
             items += [(self.key(rec.txid, k), codec.page_bins(pg, rec)) for k, pg in rec.pages.items()]

@@ -9,8 +9,8 @@ Invariants:
   removed under a generation check by the next acquirer, which then writes its own.
 - Release removes only the caller's own lock (same holder and creation time), under a
   generation check, so a creator whose lock lapsed cannot release its successor's.
-- Pages are create-only and mirror their master's record-level fields (`codec.MIRRORED`,
-  read from the master, which the coordinator writes first).
+- Pages are create-only and mirror their master's record-level fields (`codec.MIRRORED`, and
+  its `rid`), read from the master, which the coordinator writes first.
 - The master's `creating` is cleared only after every child exists with its own flag clear
   (pages never go back to creating), so a clear master means a complete transaction.
 """
@@ -161,6 +161,8 @@ class PagedMixin(AerospikeBase):
     ) -> bool:
         """Write an external master record, create-only; False when it exists already. A
         creating master keeps the creation's `options` beside it until its flag clears."""
+        if not rec.id:
+            rec.id = self._reserve_ids(1)[0]
         bins = codec.to_bins(rec)
         bins["creating"] = int(creating)
         if creating:

@@ -1,6 +1,7 @@
 """The Aerospike UTXO store (`aerospike://HOST:PORT[,…]/NAMESPACE?set=SET`): every concern of
 the Protocol in its own module, layered (each may use those below it):
 
+    scripts.py   the script index: a script's unspent outputs, a page at a time
     read.py      records, outputs, GetSpend, the UTXO views
     prune.py     delete-at-height queries and pruning, expired preservations, old unmined
     state.py     block membership, longest chain, locked, conflicting, preservation
@@ -17,23 +18,26 @@ The store's own invariants are base.py's; each module states its own.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from stores.blob.protocol import BlobStore
+from stores.errors import StorageError
 from stores.utxo.aerospike import codec
 from stores.utxo.aerospike.client import Connection
 from stores.utxo.aerospike.prune import PruneMixin
-from stores.utxo.aerospike.read import ReadMixin
 from stores.utxo.aerospike.rules import Rules
+from stores.utxo.aerospike.scripts import LIVE_KEYS_INDEX, ScriptsMixin, create_index
 from stores.utxo.aerospike.spend import SpendMixin
 from stores.utxo.aerospike.state import StateMixin
 from stores.utxo.external import ExternalTxs
 from stores.utxo.prevouts import RecentOutputs
 
 DAH_INDEX = "utxoflow_dah"  # (per namespace: its records in every set)
+INDEX_WAIT = 600.0  # seconds an index another process is building is waited for
 
 
-class AerospikeUtxoStore(ReadMixin, PruneMixin, StateMixin, SpendMixin):
+class AerospikeUtxoStore(ScriptsMixin, PruneMixin, StateMixin, SpendMixin):
     """Implements `stores.utxo.protocol.UtxoStore` on an Aerospike namespace and set."""
 
     def __init__(
@@ -82,27 +86,53 @@ class AerospikeUtxoStore(ReadMixin, PruneMixin, StateMixin, SpendMixin):
         self.external = ExternalTxs(blobs, external_cache_bytes, blob_url)
 
     def _ensure_index(self) -> None:
-        """The pruner's secondary index on deleteAtHeight: one for the whole namespace (every
-        set's records; a query of one set uses it), made once. Creating blocks until the index
-        is built, so an existing one is looked for first."""
+        """The namespace's secondary indexes, each made once for every set (a query of one set
+        uses it): the pruner's on deleteAtHeight, the script index's on liveKeys' map keys
+        (`scripts`). Creating one blocks until it is built; one that another process is still
+        building is waited for here (state WO in `sindex-list` until it is readable)."""
         import aerospike
         from aerospike import exception as aex
 
         client = self.conn.client
-        try:
-            listed = "".join(
-                str(v[1]) for v in client.info_all(f"sindex-list:ns={self.conn.namespace}").values()
-            )
-            if f"indexname={DAH_INDEX}:" in listed:
-                return
-            no_set: Any = None  # (the client's stubs say str; None is every set)
-            client.index_single_value_create(
+        no_set: Any = None  # (the client's stubs say str; None is every set)
+        wanted = {
+            DAH_INDEX: lambda: client.index_single_value_create(
                 self.conn.namespace, no_set, "deleteAtHeight", aerospike.INDEX_NUMERIC, DAH_INDEX
-            )
-        except aex.IndexFoundError:
-            pass
+            ),
+            LIVE_KEYS_INDEX: lambda: create_index(client, self.conn.namespace),
+        }
+        deadline = time.monotonic() + INDEX_WAIT
+        try:
+            while True:
+                states = self._index_states()
+                missing = [n for n in wanted if n not in states]
+                for name in missing:
+                    try:
+                        wanted[name]()
+                    except aex.IndexFoundError:  # made meanwhile by another process: listed next time
+                        pass
+                building = missing or [n for n in wanted if states[n] != "RW"]
+                if not building:
+                    return
+                if time.monotonic() > deadline:
+                    raise StorageError(f"the index {building[0]} on {self.url_safe} is not ready")
+                if not missing:
+                    time.sleep(0.2)
         except aex.AerospikeError as e:
-            raise self._fail("creating the delete-at-height index", e) from e
+            raise self._fail("creating the store's indexes", e) from e
+
+    def _index_states(self) -> dict[str, str]:
+        """Each secondary index of the namespace by name: its worst state over the nodes (RW:
+        readable; WO while it is being built)."""
+        out: dict[str, str] = {}
+        for _node, (_err, text) in self.conn.client.info_all(f"sindex-list:ns={self.conn.namespace}").items():
+            for entry in str(text or "").strip().split(";"):
+                fields = dict(f.split("=", 1) for f in entry.split(":") if "=" in f)
+                name = fields.get("indexname")
+                if name:
+                    state = fields.get("state", "RW")
+                    out[name] = state if out.get(name, "RW") == "RW" else out[name]
+        return out
 
     def close(self) -> None:
         self.conn.close()

@@ -15,6 +15,10 @@
 --   overwrites a newer one (a counter of our own: Aerospike's generation wraps at 65,535).
 -- * Flags are integers 0/1 (Lua's 0 is true: always compare with 1); an absent bin is 0/nil.
 -- * A function writes only when something changed, and everything it changed in one update.
+-- * `liveKeys` (the script index's: stores/utxo/aerospike/scripts.py) maps each script key to
+--   the number of this record's live (unspent or frozen) slots with that key, the key of slot i
+--   being `scriptKeys` bytes 8i..8i+7 (LE signed). A slot that stops or starts being live
+--   (spend; unspend, take_back) changes it in the same update (`live_keys`); freezing does not.
 
 local SLOT = 68
 local HASH = 32
@@ -107,6 +111,36 @@ local function apply_dah(rec, height, retention)
         return true
     end
     return false
+end
+
+-- `liveKeys` after the 0-based `slots` stopped (delta -1) or started (+1) being live: a key's
+-- count at 0 leaves the map, an empty map the record (codec.live_keys is the specification; a
+-- record without `scriptKeys`, or a slot past its end, counts for no key)
+local function live_keys(rec, slots, delta)
+    local kb = rec["scriptKeys"]
+    if kb == nil or #slots == 0 then
+        return
+    end
+    local nk = bsize(kb)
+    local had = rec["liveKeys"]
+    local m = had or map()
+    for _, slot in ipairs(slots) do
+        local at = slot * 8
+        if at + 8 <= nk then
+            local k = string.unpack("<i8", get_string(kb, at + 1, 8))
+            local n = (m[k] or 0) + delta
+            if n > 0 then
+                m[k] = n
+            else
+                map.remove(m, k)
+            end
+        end
+    end
+    if map.size(m) > 0 then
+        rec["liveKeys"] = m
+    elseif had ~= nil then
+        rec["liveKeys"] = nil
+    end
 end
 
 local function err(code)
@@ -250,9 +284,12 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
     end
     out["dah_was"] = rec["deleteAtHeight"]
     if #writes > 0 then
+        local gone = {}
         for _, w in ipairs(writes) do
             bytes.set_string(ub, w[1] + HASH + 1, w[2])
+            gone[#gone + 1] = w[1] // SLOT
         end
+        live_keys(rec, gone, -1)
         rec["utxos"] = ub
         rec["spentUtxos"] = (rec["spentUtxos"] or 0) + #writes
         rec["rev"] = (rec["rev"] or 0) + 1
@@ -300,6 +337,7 @@ function unspend(rec, items, dah_height, retention)
     local ub = rec["utxos"]
     local s = str(ub) or ""
     local n = 0
+    local back = {}
     for i = 1, list.size(items) do
         local slot, want = items[i][1], str(items[i][2])
         local off, e = verified(rec, s, slot, want, true)
@@ -311,11 +349,13 @@ function unspend(rec, items, dah_height, retention)
                 bytes.set_string(ub, off + HASH + 1, UNSPENT)
                 s = string.sub(s, 1, off + HASH) .. UNSPENT .. string.sub(s, off + SLOT + 1)
                 n = n + 1
+                back[n] = slot
             end
         end
         outcome(results, e)
     end
     if n > 0 then
+        live_keys(rec, back, 1)
         rec["utxos"] = ub
         rec["spentUtxos"] = (rec["spentUtxos"] or 0) - n
         rec["rev"] = (rec["rev"] or 0) + 1
@@ -342,14 +382,17 @@ function take_back(rec, items, dah_was, dah, dah_height, retention, gen)
     local ub = rec["utxos"]
     local s = str(ub) or ""
     local n = 0
+    local back = {}
     for i = 1, list.size(items) do
         local off = locate(s, items[i][1])
         if off ~= nil and string.sub(s, off + HASH + 1, off + SLOT) == str(items[i][2]) then
             bytes.set_string(ub, off + HASH + 1, UNSPENT)
             n = n + 1
+            back[n] = items[i][1]
         end
     end
     if n > 0 then
+        live_keys(rec, back, 1)
         local untouched = rec["deleteAtHeight"] == dah and (gen == nil or (rec["rev"] or 0) == gen)
         rec["utxos"] = ub
         rec["spentUtxos"] = (rec["spentUtxos"] or 0) - n
