@@ -60,6 +60,11 @@ def coin_bytes(txid: bytes, vout: int, height: int, coinbase: bool, satoshis: in
     return txid + _coin_mid(vout, height * 2 + int(coinbase), satoshis) + varint(len(script)) + script
 
 
+def coin_value(coin: bytes) -> int:
+    """The satoshis a `coin_bytes` holds (after the txid, the vout and the height code)."""
+    return int.from_bytes(coin[40:48], "little", signed=True)
+
+
 def _product(datas: Iterable[bytes]) -> int:
     """The product of the elements of `datas`, congruent mod P, below 2^3072 + 2^44.
 

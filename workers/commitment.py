@@ -22,16 +22,17 @@ Invariants:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from chain import Block, hash_to_hex, is_data_carrier
-from chain.muhash import MuHash, coin_bytes
+from chain.muhash import MuHash, coin_bytes, coin_value
 from stores.errors import StorageError
 from stores.state import Commitment
 from stores.utxo import OutputInfo, Utxo
 
 Outpoint = tuple[bytes, int]
+_ENTRY = 200  # what a held coin costs besides its bytes (its key tuple and the dict's slot)
 EMPTY = Commitment(MuHash().to_bytes(), 0, 0)
 
 
@@ -62,12 +63,14 @@ class RecentCoins:
     one it applied last, and on any disconnection, take-back or rebase. A coin a block spends
     leaves (a reorg that gives it back is such a break)."""
 
-    def __init__(self, max_coins: int = 400_000) -> None:
-        self.max_coins = max_coins
+    def __init__(self, max_bytes: int = 48 << 20) -> None:
+        self.max_bytes = max_bytes  # the coins' bytes (a script can be large: counted as they are)
         self._coins: OrderedDict[Outpoint, bytes] = OrderedDict()
+        self._bytes = 0
 
     def clear(self) -> None:
         self._coins.clear()
+        self._bytes = 0
 
     def take(self, ops: Iterable[Outpoint]) -> tuple[dict[Outpoint, bytes], list[Outpoint]]:
         """(the coins of `ops` held here, removed; the outpoints not held)."""
@@ -80,12 +83,20 @@ class RecentCoins:
                 missing.append(op)
             else:
                 found[op] = c
+                self._bytes -= len(c) + _ENTRY
         return found, missing
 
     def add(self, coins: Mapping[Outpoint, bytes]) -> None:
-        self._coins.update(coins)
-        while len(self._coins) > self.max_coins:
-            self._coins.popitem(last=False)
+        held = self._coins
+        for op, c in coins.items():
+            old = held.get(op)
+            if old is not None:
+                self._bytes -= len(old) + _ENTRY
+            held[op] = c
+            self._bytes += len(c) + _ENTRY
+        while self._bytes > self.max_bytes and held:
+            _op, c = held.popitem(last=False)
+            self._bytes -= len(c) + _ENTRY
 
 
 def block_delta(
@@ -124,15 +135,10 @@ def block_delta(
             c = coin_bytes(op[0], op[1], info.height, info.coinbase, info.satoshis, info.script)
         out.append(c)
         n -= 1
-        sats -= _coin_value(c)
+        sats -= coin_value(c)
     h = MuHash()
     h.update(made.values(), out)
     return Delta(h, n, sats), made
-
-
-def _coin_value(coin: bytes) -> int:
-    """The satoshis a `coin_bytes` holds (after txid, vout and the height code)."""
-    return int.from_bytes(coin[40:48], "little", signed=True)
 
 
 def advance(parent: Commitment, delta: Delta) -> Commitment:
@@ -142,8 +148,11 @@ def advance(parent: Commitment, delta: Delta) -> Commitment:
     return Commitment(h.to_bytes(), parent.utxos + delta.utxos, parent.satoshis + delta.satoshis)
 
 
-def of_utxos(utxos: Iterable[Utxo], chunk: int = 20_000) -> Commitment:
-    """The commitment of a set of confirmed outputs, from scratch (bounded memory)."""
+def of_utxos(
+    utxos: Iterable[Utxo], chunk: int = 20_000, tick: Callable[[], object] = lambda: None
+) -> Commitment:
+    """The commitment of a set of confirmed outputs, from scratch (bounded memory); `tick` is
+    called after every `chunk` of them (a lease holder renews its lease)."""
     h = MuHash()
     n = sats = 0
     todo: list[bytes] = []
@@ -156,6 +165,7 @@ def of_utxos(utxos: Iterable[Utxo], chunk: int = 20_000) -> Commitment:
         if len(todo) >= chunk:
             h.update(todo, ())
             todo = []
+            tick()
     h.update(todo, ())
     return Commitment(h.to_bytes(), n, sats)
 

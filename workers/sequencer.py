@@ -360,7 +360,7 @@ class Sequencer:
         if found is None:  # applied before commitments were kept: it is the tip, its set is the store's
             log.warning("block %s has no UTXO-set commitment: computing it from the store once",
                         e.parent[::-1].hex())
-            found = commitment.of_utxos(self.utxo.iter_utxos(confirmed=True))
+            found = commitment.of_utxos(self.utxo.iter_utxos(confirmed=True), tick=self._renew)
             self.state.commit(commitments={e.parent: found})
         return found
 

@@ -277,10 +277,11 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable):
             if prune_undo_below is not None:
                 cur.execute(q("DELETE FROM undo WHERE hash IN (SELECT hash FROM blocks "
                               "WHERE status = 'applied' AND height <= ?)"), (prune_undo_below,))
-            if commitments:
-                cur.executemany(q("DELETE FROM commitments WHERE hash = ?"), [(h,) for h in commitments])
+            if commitments:  # (an upsert: two writers of one block's value never collide)
                 cur.executemany(
-                    q("INSERT INTO commitments (hash, muhash, utxos, satoshis) VALUES (?, ?, ?, ?)"),
+                    q("INSERT INTO commitments (hash, muhash, utxos, satoshis) VALUES (?, ?, ?, ?) "
+                      "ON CONFLICT (hash) DO UPDATE SET muhash = excluded.muhash, utxos = excluded.utxos, "
+                      "satoshis = excluded.satoshis"),
                     [(h, c.muhash, c.utxos, c.satoshis) for h, c in commitments.items()],
                 )
 

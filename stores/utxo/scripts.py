@@ -11,7 +11,9 @@ Invariants:
 - An entry is keyed by `script_key` (the first 8 bytes of the script's SHA-256) and the output's
   place in the store (its record's id, then its vout), and pages go in that order: the order
   outputs reached the store, so a cursor handed out stays valid — whatever arrives later, and a
-  transaction mined later, sorts after it.
+  transaction mined later, sorts after it. (One window: a record id is drawn before its write
+  commits, so a record being written while a page is read, under an id below that page's last,
+  is passed over by that walk; the next walk lists it.)
 - Everything an entry shows is read from its record when it is listed (`listed`): the script (an
   entry whose script does not hash to the one asked for is a collision of the key, skipped), the
   satoshis, height and coinbase flag, and whether it is confirmed (its transaction mined on the
@@ -25,7 +27,6 @@ from dataclasses import dataclass
 from hashlib import sha256
 from typing import Any
 
-from chain import TxOut, is_data_carrier
 from stores.utxo import slots
 from stores.utxo.errors import ProcessingError
 from stores.utxo.kernel.record import Record
@@ -43,24 +44,6 @@ def script_key(h: bytes) -> int:
     """The index key of a scripthash: its first 8 bytes as a signed 64-bit integer (what a SQL
     BIGINT holds), the rest checked against the script when an entry is listed."""
     return int.from_bytes(h[:8], "little", signed=True)
-
-
-def entries(outputs: list[TxOut] | tuple[TxOut, ...], start: int = 0) -> list[tuple[int, int]]:
-    """(vout, key) of the outputs that enter the UTXO set (output `start` first)."""
-    return [
-        (v, int.from_bytes(sha256(o.script).digest()[:8], "little", signed=True))
-        for v, o in enumerate(outputs, start)
-        if not is_data_carrier(o.satoshis, o.script)
-    ]
-
-
-def entries_of(outputs: dict[int, tuple[int, bytes]]) -> list[tuple[int, int]]:
-    """(vout, key) of a record's outputs as the stores keep them (vout → (satoshis, script))."""
-    return [
-        (v, int.from_bytes(sha256(script).digest()[:8], "little", signed=True))
-        for v, (sats, script) in sorted(outputs.items())
-        if not is_data_carrier(sats, script)
-    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +100,8 @@ def listed(
     if rec is None or rec.conflicting or rec.creating or output is None:
         return None
     loc = rec.locate(vout, batch_size)
-    if loc is not None:
-        state = bytes(loc[0].utxos[loc[1] + 32 : loc[1] + slots.SLOT])
-        if state != slots.UNSPENT and state != slots.FROZEN:
-            return None
+    if loc is not None and not slots.is_live(loc[0].utxos, loc[1]):
+        return None
     sats, script = output
     if sha256(script).digest() != wanted:
         return None

@@ -26,6 +26,15 @@ EMPTY_SLOT = b"\x00" * SLOT
 _u64 = struct.Struct("<Q")
 
 
+def is_live(utxos: bytes | bytearray, off: int) -> bool:
+    """Whether the slot at byte offset `off` holds a UTXO that is not spent (unspent, or frozen:
+    frozen is not spent) — what the unspent views list and the script index keeps. Hot loops
+    test the same prefixes inline (`stores.utxo.view`)."""
+    return not utxos.startswith(NO_HASH, off) and (
+        utxos.startswith(UNSPENT, off + 32) or utxos.startswith(FROZEN, off + 32)
+    )
+
+
 def pack(hashes: Iterable[bytes | None]) -> bytes:
     """Slots for these UTXO hashes, unspent; None leaves a no-slot gap."""
     return b"".join(EMPTY_SLOT if h is None else h + UNSPENT for h in hashes)

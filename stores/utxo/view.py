@@ -6,8 +6,11 @@ Invariants:
 - A chunk is at most VIEW_CHUNK segments or VIEW_BYTES of slots, so a record of a million
   outputs goes by a page or so at a time, and memory stays bounded whatever the store holds.
 - A slot is live when it has a hash and either no spending data, frozen (frozen is not spent),
-  or — in the confirmed view — a spender that is stored but not mined on the best chain
-  (`_unconfirmed`, asked once per chunk).
+  or — in the confirmed view — a spender that does not confirm the spend: one the store holds
+  not mined on the best chain, or one it does not hold (a mempool transaction whose spend is
+  recorded and whose record is not written yet, or never will be: its worker died) — unless its
+  parent lists it among its pruned children (`deleted_children`: only records mined on the best
+  chain are pruned). The mined spenders are asked once per chunk (`_confirming`).
 - An external transaction's outputs are read from its blob once, in vout order, while its
   pages go by (`OutputCursor`); one pruned while the listing runs lists nothing more.
 """
@@ -69,13 +72,13 @@ def no_blob(txid: bytes) -> StorageError:
 
 
 class UtxoView:
-    """`iter_utxos` over a backend's `_segments` and `_unconfirmed` (see the module)."""
+    """`iter_utxos` over a backend's `_segments` and `_confirming` (see the module)."""
 
     external: ExternalTxs
     # the backend's: its records as segments, in a stable order (master, then its pages)
     _segments: Callable[[bool], Iterator[Segment]]
-    # the backend's: those spenders that do not confirm a spend (stored, not mined on the best chain)
-    _unconfirmed: Callable[[set[bytes]], set[bytes]]
+    # the backend's: those spenders the store holds mined on the best chain
+    _confirming: Callable[[set[bytes]], set[bytes]]
     existing: Callable[[list[bytes]], set[bytes]]
 
     def iter_utxos(self, *, confirmed: bool = True, script: bytes | None = None) -> Iterator[Utxo]:
@@ -111,7 +114,7 @@ class UtxoView:
             for k in range(0, len(utxos), SLOT):
                 if utxos.startswith(NO_HASH, k):
                     continue
-                if utxos.startswith(UNSPENT, k + 32) or utxos.startswith(FROZEN, k + 32):
+                if utxos.startswith(UNSPENT, k + 32) or utxos.startswith(FROZEN, k + 32):  # (`slots.is_live`)
                     live.append(base + k // SLOT)
                 elif confirmed:
                     spender = utxos[k + 32 : k + 64]
@@ -119,10 +122,14 @@ class UtxoView:
                     spenders.add(spender)
             live_of.append(live)
             spent_by.append(pending)
-        unconfirmed = self._unconfirmed(spenders) if spenders else set()
+        mined = self._confirming(spenders) if spenders else set()
         for (rec, raw, fmt, _base, _u), live, pending in zip(segments, live_of, spent_by):
             if pending:
-                live = sorted(live + [v for v, sp in pending if sp in unconfirmed])
+                unconfirmed = [v for v, sp in pending if sp not in mined]
+                if unconfirmed and rec.deleted_children:  # a pruned spender had been mined
+                    pruned = set(rec.children("deleted_children"))
+                    unconfirmed = [v for v, sp in pending if sp not in mined and sp not in pruned]
+                live = sorted(live + unconfirmed)
             if not live:
                 continue
             outputs: OutputCursor | Outputs

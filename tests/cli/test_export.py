@@ -24,6 +24,7 @@ from stores.state import BlockStatus, Commitment, open_state_store
 from stores.utxo import open_utxo_store
 from tests.cli.conftest import ROOT, PgServer, Result, run_utxo, utxo_command
 from tests.pipeline.chains import commitment_model
+from workers.commitment import muhash_hex
 from workers.demochain import SNAPSHOT_HASH, SNAPSHOT_HEIGHT, DemoChain, generate
 from workers.sequencer import Sequencer
 
@@ -323,10 +324,18 @@ def test_a_file_without_a_header_still_needs_the_flags(exported: Exported, new_s
         assert "--block-hash" in err and "no snapshot header" in err, err
     r = target.run("import-utxos", str(path), *flags(head))
     assert r.code == 0, r.err
-    assert r.json() == {  # as before headers: nothing to verify, no muhash
+    assert r.json() == {  # nothing to verify: the muhash is what the entries give (the same)
         "imported": head["utxos"], "skipped": 0, "data_carriers": 0, "height": head["height"],
-        "block_hash": head["block_hash"],
+        "block_hash": head["block_hash"], "muhash": head["muhash"],
     }
+    # and the snapshot's block has its commitment, for the first block applied on it
+    state = open_state_store(target.state_url)
+    try:
+        kept = state.get_commitment(hex_to_hash(head["block_hash"]))
+    finally:
+        state.close()
+    assert kept is not None and (muhash_hex(kept), kept.utxos, kept.satoshis) == (
+        head["muhash"], head["utxos"], head["satoshis"])
 
 
 def test_malformed_or_misplaced_headers_exit_2(exported: Exported, new_stores: NewStores) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from chain import hex_to_hash, is_data_carrier, utxo_hash
+from chain.muhash import MuHash, coin_bytes
 from tests.cli.conftest import PREVOUTS, SNAPSHOT_HEIGHT, Imported, Run
 
 Entry = dict[str, Any]
@@ -228,8 +229,13 @@ def test_import_from_stdin_defaults_and_refuses_a_non_empty_store(run: Run, stor
     args = ["--store-url", store_url, "import-utxos", "-", "--height", "100", "--block-hash", "AB" * 32]
     r = run(*args, stdin=stdin)
     assert r.code == 0, r.err
+    # the set's commitment, computed here coin by coin (Core's coin serialisation)
+    h = MuHash()
+    for vout, sats, spk in ((0, 5000, b"\x51"), (2, 7000, b"\x52")):
+        h.insert(coin_bytes(hex_to_hash(txid), vout, 100, False, sats, spk))
     assert r.json() == {
         "imported": 2, "skipped": 1, "data_carriers": 1, "height": 100, "block_hash": "ab" * 32,
+        "muhash": h.hex(),
     }
     listed = run("--store-url", store_url, "utxos").lines()
     assert [(u["vout"], u["satoshis"], u["height"], u["coinbase"]) for u in listed] == [

@@ -88,3 +88,18 @@ def test_in_memory_sqlite_lists_too() -> None:
     created(s, f, mined=True)
     assert len(list(s.iter_utxos())) == 2
     s.close()
+
+
+def test_a_spender_the_store_does_not_hold_yet_confirms_nothing(store: UtxoStore) -> None:
+    """A mempool transaction is spent before its record is written (and a worker may die between
+    the two): until a block mines it, the output it spends stays in the confirmed set."""
+    p = funding(2)
+    created(store, p, height=10, mined=True)
+    c = child((p, 0))
+    store.spend(c, 11)  # spent; c's record not written (yet)
+    assert _keys(store) == {(p.txid, 0), (p.txid, 1)}
+    assert _keys(store, confirmed=False) == {(p.txid, 1)}
+    created(store, c, height=11)  # written, unmined
+    assert _keys(store) == {(p.txid, 0), (p.txid, 1)}
+    store.set_mined_multi([c.txid], 2, 12)
+    assert _keys(store) == {(p.txid, 1), (c.txid, 0)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -164,14 +165,15 @@ def utxos_cmd(
         sys.stdout.flush()
     except BrokenPipeError:
         raise OutputClosed() from None
-    except ProcessingError as e:
-        raise BadInput(f"--after: {e}") from None
+    except ProcessingError as e:  # (a cursor this store never handed out)
+        raise BadInput(f"--after: {e}" if after is not None else str(e)) from None
     finally:
         store.close()
 
 
 def _script_lines(
-    store: UtxoStore, h: bytes, confirmed: bool, limit: int | None, after: str | None, write: Any
+    store: UtxoStore, h: bytes, confirmed: bool, limit: int | None, after: str | None,
+    write: Callable[[str], object],
 ) -> int:
     """Write the script's outputs (one page of `limit`, or all); how many."""
     n = 0

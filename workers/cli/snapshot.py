@@ -344,17 +344,19 @@ def write_snapshot(
 def import_snapshot(
     store: UtxoStore, lines: Iterable[bytes], height: int, block_hash: bytes, source: str, rep: Reporter,
     header: Header | None = None, first_line: int = 1,
-) -> tuple[int, SpoolCounts]:
+) -> tuple[int, SpoolCounts, Commitment]:
     """Check, then write a snapshot at `height` into the (empty) store and set its height; with
-    a `header`, only once the entries' commitment is the header's."""
+    a `header`, only once the entries' commitment is the header's. Returns what was written, the
+    counts, and the commitment of the set imported."""
     with tempfile.TemporaryDirectory(prefix="utxo-import-") as tmp:
         spool = Spool(Path(tmp))
         try:
             ensure_empty(store)
             with rep.step(f"checking {source}", None, "lines") as advance:
-                found = spool.load(lines, height, advance, first_line, hashed=header is not None)
-                if header is not None and found is not None:  # within the step: its error alone
-                    check_header(header, found, source)      # is on stderr, no step line
+                found = spool.load(lines, height, advance, first_line, hashed=True)
+                assert found is not None
+                if header is not None:  # within the step: its error alone is on stderr, no step line
+                    check_header(header, found, source)
             counts = spool.counts
             if counts.entries == 0:
                 raise BadInput(f"{source}: no entries at or below height {height}: nothing to import")
@@ -362,7 +364,7 @@ def import_snapshot(
                 written = write_snapshot(store, spool.batches(height), advance, height, block_hash)
         finally:
             spool.close()
-    return written, counts
+    return written, counts, found
 
 
 @cli.command("import-utxos")
@@ -380,9 +382,9 @@ def import_utxos_cmd(obj: Context, file: str, height: int | None, block_hash: st
     (--height and --block-hash are then optional, and must agree with it if given), and nothing
     is imported unless the entries' MuHash, outputs and satoshis are the header's. Without a
     header, --height and --block-hash are required. Prints {"imported","skipped",
-    "data_carriers","height","block_hash"} (and "muhash", verified, with a header): "imported"
-    counts the outputs written, "data_carriers" the zero-satoshi OP_RETURN entries that never
-    enter the UTXO set.
+    "data_carriers","height","block_hash","muhash"}: "imported" counts the outputs written,
+    "data_carriers" the zero-satoshi OP_RETURN entries that never enter the UTXO set, "muhash"
+    the set's commitment (kept in the state store for the snapshot's block).
     """
     given: bytes | None = None
     if block_hash is not None:
@@ -402,11 +404,18 @@ def import_utxos_cmd(obj: Context, file: str, height: int | None, block_hash: st
         store = obj.open_store()
         try:
             with Reporter() as rep:
-                written, counts = import_snapshot(
+                written, counts, made = import_snapshot(
                     store, lines, at_height, at_block, source, rep, header, 2 if header is not None else 1
                 )
         finally:
             store.close()
+    # The snapshot block's commitment, for the first block applied on it (which would otherwise
+    # compute it from the store, holding the chain meanwhile) and for `stats --hash muhash`.
+    state = obj.open_state()
+    try:
+        state.commit(commitments={at_block: made})
+    finally:
+        state.close()
     out: dict[str, Any] = {
         "imported": written,
         "skipped": counts.skipped,
@@ -414,6 +423,5 @@ def import_utxos_cmd(obj: Context, file: str, height: int | None, block_hash: st
         "height": at_height,
         "block_hash": hash_to_hex(at_block),
     }
-    if header is not None:
-        out["muhash"] = header.muhash
+    out["muhash"] = commitment.muhash_hex(made)
     emit(out)

@@ -85,7 +85,6 @@ assert all(
 )
 SLOT = slots.SLOT
 _KEY = struct.Struct("<q")  # a script key as `Record.script_keys` packs it
-_LIVE = (slots.UNSPENT, slots.FROZEN)
 
 
 def live_keys(rec: Record) -> dict[int, int]:
@@ -103,10 +102,9 @@ def live_keys(rec: Record) -> dict[int, int]:
         for (k,) in _KEY.iter_unpack(keys[: n * 8]):
             out[k] = out.get(k, 0) + 1
         return out
-    no_hash = slots.NO_HASH
+    live = slots.is_live
     for i in range(n):
-        off = i * SLOT
-        if utxos.startswith(no_hash, off) or utxos[off + 32 : off + SLOT] not in _LIVE:
+        if not live(utxos, i * SLOT):
             continue
         (k,) = _KEY.unpack_from(keys, i * 8)
         out[k] = out.get(k, 0) + 1

@@ -43,6 +43,7 @@ META_BINS = [*codec.BINS.values(), *codec.BLOCK_BINS, codec.PAGE_SPENT, codec.SP
 MINED_BINS = [UNMINED, codec.BLOCK_BINS[0]]
 VIEW_BINS = [
     "txid", "utxos", "totalExtraRecs", "external", "coinbase", *codec.BLOCK_BINS, codec.RAW, codec.RAW_FORMAT,
+    codec.BINS["deleted_children"],
 ]  # fmt: skip
 # masters per query page: what a listing holds of the query at once (records of ~1 KB as a
 # rule; max-record-size at worst)
@@ -237,12 +238,9 @@ class ReadMixin(CreateMixin, UtxoView):
             there += [k for k, e in zip(ks, self._exists([self.key(txid, k) for k in ks])) if e]
         return there
 
-    def _unconfirmed(self, txids: set[bytes]) -> set[bytes]:
-        """Those spenders that do not make a spend confirmed: stored, but not mined on the best
-        chain. A spender the store no longer holds counts as confirmed: only records mined on
-        the best chain (or conflicting ones, whose spends the chain logic takes back) are ever
-        pruned, and a parent can outlive its spenders."""
-        return {t for t, b in self._found(sorted(txids), MINED_BINS).items() if not _mined(b)}
+    def _confirming(self, txids: set[bytes]) -> set[bytes]:
+        """Those spenders the store holds mined on the best chain (`UtxoView`)."""
+        return {t for t, b in self._found(sorted(txids), MINED_BINS).items() if _mined(b)}
 
     def stats(self) -> UtxoStats:
         n = sats = txs = 0

@@ -41,7 +41,6 @@ MASTER_BINS = [
     "txid", "conflicting", "creating", "unminedSince", *codec.BLOCK_BINS, "coinbase", "external",
     "totalExtraRecs", "utxos", codec.RAW, codec.RAW_FORMAT,
 ]  # fmt: skip
-_LIVE = (slots.UNSPENT, slots.FROZEN)
 Place = tuple[int, int, bytes]  # (rid, vout, txid): an output's place in the index, and its tx
 
 
@@ -62,8 +61,7 @@ def live_slots(bins: dict[str, Any], packed: bytes) -> list[int]:
     at = keys.find(packed)
     while at != -1:
         if not at & 7:  # (a match across two keys is none)
-            off = (at >> 3) * slots.SLOT
-            if not utxos.startswith(slots.NO_HASH, off) and utxos[off + 32 : off + slots.SLOT] in _LIVE:
+            if slots.is_live(utxos, (at >> 3) * slots.SLOT):
                 out.append(at >> 3)
         at = keys.find(packed, at + 1)
     return out

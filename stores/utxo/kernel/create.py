@@ -59,7 +59,9 @@ def tx_slots(tx: Tx, start: int = 0, stop: int | None = None, frozen: bool = Fal
 
 
 def script_keys(scripts: Iterable[bytes]) -> bytes:
-    """The packed script index keys of outputs with these scripts (`Record.script_keys`)."""
+    """The packed script index keys of outputs with these scripts (`Record.script_keys`): the
+    first 8 bytes of each script's SHA-256, which `stores.utxo.scripts.script_key` reads as the
+    key (`masters` inlines this for a block's worth of transactions)."""
     return b"".join([sha256(s).digest()[:8] for s in scripts])
 
 
@@ -96,6 +98,7 @@ def masters(
     in its master."""
     blocks_json = encode_blocks(blocks)
     unmined = None if blocks else height
+    sha = sha256
     maturity = spending_height(True, height)
 
     def make(tx: Tx, fee: int | None) -> Record:
@@ -108,8 +111,8 @@ def masters(
             coinbase, maturity if coinbase else 0, locked, conflicting, unmined, created_at, None, None,
             external or extra > 0, extra, blocks_json, b"", b"", "[]", NO_SPENDABLE,
             b"" if coinbase else b"".join([i.prev_txid + _u32(i.prev_vout) for i in ins]),
-            script_keys(o.script for o in (outs[:batch_size] if extra else outs)),
-        )  # fmt: skip
+            b"".join([sha(o.script).digest()[:8] for o in (outs[:batch_size] if extra else outs)]),
+        )  # fmt: skip  (the keys: `script_keys`, inlined)
         if extra:
             rec.total_utxos = count_utxos(tx)  # the master counts the whole transaction
         apply_dah(rec, dah_height, retention)

@@ -209,9 +209,11 @@ class CreateMixin(SpendMixin, CreatePlanMixin):
             if self._insert_rows(cur, sql, copy, [row[2] for row in rows]) != len(rows):
                 raise _Raced()
             if records:
-                made = [records[row[0]] for row in rows]
-                for rec, row in zip(made, rows):
-                    rec.id = row[2][0]
+                made = []
+                for i, _t, values in rows:
+                    rec = records[i]
+                    rec.id = values[0]
+                    made.append(rec)
                 self._index_new(cur, made)
             if after is not None:
                 after(cur, {row[1] for row in rows})

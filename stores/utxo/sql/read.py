@@ -178,12 +178,9 @@ class ReadMixin(PruneMixin, UtxoView, scripts.ScriptBalance):
                 for k, page in self._page_slots(rec.txid):
                     yield rec, r[n + 1], r[n], k * size, page
 
-    def _unconfirmed(self, txids: set[bytes]) -> set[bytes]:
-        """Those spenders that do not make a spend confirmed: stored, but not mined on the best
-        chain. A spender the store no longer holds counts as confirmed: only records mined on
-        the best chain (or conflicting ones, whose spends the chain logic takes back) are ever
-        pruned, and a parent can outlive its spenders."""
-        return self._those("spender lookup", sorted(txids), f"NOT ({MINED_SQL})")
+    def _confirming(self, txids: set[bytes]) -> set[bytes]:
+        """Those spenders the store holds mined on the best chain (`UtxoView`)."""
+        return self._those("spender lookup", sorted(txids), MINED_SQL)
 
     # -- the script index ------------------------------------------------------------------------
     def script_utxos(

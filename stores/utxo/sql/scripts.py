@@ -35,14 +35,11 @@ def live_entries(master: Record, rec: Record, first: int) -> list[Entry]:
     if rec.page == 0 and not rec.total_extra_recs and rec.total_utxos == n and not rec.spent_utxos:
         # a new one-record tx without data carriers, the common case: every slot is live
         return [(k, rid, v) for v, (k,) in enumerate(_KEY.iter_unpack(keys))]
-    out: list[Entry] = []
-    no_hash, unspent, frozen = slots.NO_HASH, slots.UNSPENT, slots.FROZEN
-    for i, off in enumerate(range(0, len(utxos), SLOT)):
-        if utxos.startswith(no_hash, off):
-            continue
-        if utxos.startswith(unspent, off + 32) or utxos.startswith(frozen, off + 32):
-            out.append((int.from_bytes(keys[i * 8 : i * 8 + 8], "little", signed=True), rid, first + i))
-    return out
+    live = slots.is_live
+    return [
+        (_KEY.unpack_from(keys, i * 8)[0], rid, first + i)
+        for i, off in enumerate(range(0, len(utxos), SLOT)) if live(utxos, off)
+    ]
 
 
 class ScriptIndexMixin(SqlBase):
