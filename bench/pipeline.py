@@ -49,6 +49,7 @@ from stores.blob import open_blob_store
 from stores.state import open_state_store
 from stores.utxo import Utxo, open_utxo_store
 from stores.utxo.gcpause import tune_for_blocks
+from workers import commitment
 from workers.localredis import claim_database
 from workers.sequencer import Sequencer
 
@@ -98,11 +99,18 @@ def fresh_stores(url: str, tmp: Path, tag: str) -> dict[str, str]:
 
 
 def seed(urls: dict[str, str], entries: list[Utxo]) -> None:
+    """The snapshot, as `utxo import-utxos` leaves it: in the store, its commitment in the state
+    store (untimed: the import's work, not the chain's)."""
     store = open_utxo_store(urls["store"], blob_url=urls["blobs"])
     try:
         store.import_utxos(entries, height=SNAPSHOT_HEIGHT, block_hash=SNAPSHOT_HASH)
     finally:
         store.close()
+    state = open_state_store(urls["state"])
+    try:
+        state.commit(commitments={SNAPSHOT_HASH: commitment.of_utxos(entries)})
+    finally:
+        state.close()
 
 
 def store_only(urls: dict[str, str], raws: list[bytes]) -> float:

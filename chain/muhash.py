@@ -13,8 +13,9 @@ Invariants:
   ‖ height*2 + coinbase (u32 LE) ‖ satoshis (i64 LE) ‖ CompactSize(len(script)) ‖ script.
 
 `insert`/`remove` are the one statement of the set operations. `update` is their fast form for a
-whole block: one running product for the created coins, one for the spent, a single inverse. A
-test holds it to `insert`/`remove`.
+whole block: one running product for the created coins, one for the spent, a single inverse
+(`update_elements` the same from elements kept; `elements` is `element`'s fast form). A test
+holds them to `insert`/`remove`.
 """
 
 from __future__ import annotations
@@ -60,23 +61,24 @@ def coin_bytes(txid: bytes, vout: int, height: int, coinbase: bool, satoshis: in
     return txid + _coin_mid(vout, height * 2 + int(coinbase), satoshis) + varint(len(script)) + script
 
 
-def coin_value(coin: bytes) -> int:
-    """The satoshis a `coin_bytes` holds (after the txid, the vout and the height code)."""
-    return int.from_bytes(coin[40:48], "little", signed=True)
+def elements(datas: Iterable[bytes]) -> list[int]:
+    """`element` of each of `datas` (its fast form, inlined: this runs on every coin of every
+    block). The numbers are GMP's where gmpy2 is installed (`_product` multiplies them)."""
+    fb, cipher, chacha, h, nonce, zeros = _num.from_bytes, Cipher, algorithms.ChaCha20, sha256, _NONCE, _ZEROS
+    return [fb(cipher(chacha(h(d).digest(), nonce), None).encryptor().update(zeros), "little") for d in datas]
 
 
-def _product(datas: Iterable[bytes]) -> int:
-    """The product of the elements of `datas`, congruent mod P, below 2^3072 + 2^44.
+def _product(nums: Iterable[int]) -> int:
+    """The product of `nums` (each below 2^3072), congruent mod P, below 2^3072 + 2^44.
 
     Reduction folds the high half down (2^3072 = C mod P) instead of dividing: twice per coin,
     cheaper than one `%`. With a < 2^3072 + 2^44 and e < 2^3072, the first fold leaves fewer than
     3095 bits and the second puts a back under 2^3072 + 2^44, so the bound holds every step.
     """
     a = _num(1)
-    fb, cipher, chacha, h, nonce, zeros = _num.from_bytes, Cipher, algorithms.ChaCha20, sha256, _NONCE, _ZEROS
     bits, mask, c = _BITS, _num(_MASK), _num(_C)
-    for d in datas:  # `element`, inlined: this loop runs on every coin of every block
-        x = a * fb(cipher(chacha(h(d).digest(), nonce), None).encryptor().update(zeros), "little")
+    for e in nums:
+        x = a * e
         x = (x >> bits) * c + (x & mask)
         a = (x >> bits) * c + (x & mask)
     return a
@@ -96,6 +98,11 @@ class MuHash:
 
     def update(self, created: Iterable[bytes], spent: Iterable[bytes]) -> None:
         """Insert every `created`, remove every `spent`: a block's coins in one step."""
+        self.update_elements(elements(created), elements(spent))
+
+    def update_elements(self, created: Iterable[int], spent: Iterable[int]) -> None:
+        """`update` with the coins' `element`s given (a caller that kept them: a coin spent
+        soon after it was made needs no hashing again)."""
         num = _product(created)
         den = _product(spent)
         if den != 1:

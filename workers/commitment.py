@@ -26,13 +26,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from chain import Block, hash_to_hex, is_data_carrier
-from chain.muhash import MuHash, coin_bytes, coin_value
+from chain.muhash import MuHash, coin_bytes, elements
 from stores.errors import StorageError
 from stores.state import Commitment
 from stores.utxo import OutputInfo, Utxo
 
 Outpoint = tuple[bytes, int]
-_ENTRY = 200  # what a held coin costs besides its bytes (its key tuple and the dict's slot)
+_ENTRY = 700  # what a held coin costs: its element (a 3072-bit number), its key and the dict's slot
 EMPTY = Commitment(MuHash().to_bytes(), 0, 0)
 
 
@@ -55,26 +55,28 @@ def outside_inputs(block: Block) -> list[Outpoint]:
     ]
 
 
-class RecentCoins:
-    """The coins (`coin_bytes`) the blocks this process applied last created, by outpoint,
-    bounded: a block mostly spends what the blocks just before it made, and these need no read
-    of the store. A coin's bytes hold its height, which is its block's on one chain only: the
-    owner (`workers.sequencer`) clears this whenever the block it applies does not continue the
-    one it applied last, and on any disconnection, take-back or rebase. A coin a block spends
-    leaves (a reorg that gives it back is such a break)."""
+Coin = tuple[int, int]  # a coin's MuHash `element`, and its satoshis
 
-    def __init__(self, max_bytes: int = 48 << 20) -> None:
-        self.max_bytes = max_bytes  # the coins' bytes (a script can be large: counted as they are)
-        self._coins: OrderedDict[Outpoint, bytes] = OrderedDict()
-        self._bytes = 0
+
+class RecentCoins:
+    """The coins the blocks this process applied last created — each as its MuHash element and
+    satoshis — by outpoint, bounded by memory: a block mostly spends what the blocks just before
+    it made, and these need neither a read of the store nor hashing again (the element is most
+    of a coin's cost). A coin's element hashes its height, which is its block's on one chain
+    only: the owner (`workers.sequencer`) clears this whenever the block it applies does not
+    continue the one it applied last, and on any disconnection, take-back or rebase. A coin a
+    block spends leaves (a reorg that gives it back is such a break)."""
+
+    def __init__(self, max_bytes: int = 64 << 20) -> None:
+        self.max_coins = max_bytes // _ENTRY
+        self._coins: OrderedDict[Outpoint, Coin] = OrderedDict()
 
     def clear(self) -> None:
         self._coins.clear()
-        self._bytes = 0
 
-    def take(self, ops: Iterable[Outpoint]) -> tuple[dict[Outpoint, bytes], list[Outpoint]]:
+    def take(self, ops: Iterable[Outpoint]) -> tuple[dict[Outpoint, Coin], list[Outpoint]]:
         """(the coins of `ops` held here, removed; the outpoints not held)."""
-        found: dict[Outpoint, bytes] = {}
+        found: dict[Outpoint, Coin] = {}
         missing: list[Outpoint] = []
         pop = self._coins.pop
         for op in ops:
@@ -83,47 +85,47 @@ class RecentCoins:
                 missing.append(op)
             else:
                 found[op] = c
-                self._bytes -= len(c) + _ENTRY
         return found, missing
 
-    def add(self, coins: Mapping[Outpoint, bytes]) -> None:
+    def add(self, coins: Mapping[Outpoint, Coin]) -> None:
         held = self._coins
-        for op, c in coins.items():
-            old = held.get(op)
-            if old is not None:
-                self._bytes -= len(old) + _ENTRY
-            held[op] = c
-            self._bytes += len(c) + _ENTRY
-        while self._bytes > self.max_bytes and held:
-            _op, c = held.popitem(last=False)
-            self._bytes -= len(c) + _ENTRY
+        held.update(coins)
+        while len(held) > self.max_coins:
+            held.popitem(last=False)
 
 
 def block_delta(
-    block: Block, height: int, spent: Mapping[Outpoint, OutputInfo], known: Mapping[Outpoint, bytes] = {}
-) -> tuple[Delta, dict[Outpoint, bytes]]:
+    block: Block, height: int, spent: Mapping[Outpoint, OutputInfo], known: Mapping[Outpoint, Coin] = {}
+) -> tuple[Delta, dict[Outpoint, Coin]]:
     """The block's change to the set, and the coins it created (by outpoint). The coins its
-    inputs spend from outside it are `known` (their bytes) or as the store has them in `spent`;
-    an input in neither spends nothing of the set."""
+    inputs spend from outside it are `known` or as the store has them in `spent`; an input in
+    neither spends nothing of the set."""
     in_block = {t.txid for t in block.txs}
     within = {
         (i.prev_txid, i.prev_vout) for t in block.txs if not t.is_coinbase
         for i in t.inputs if i.prev_txid in in_block
     }
-    made: dict[Outpoint, bytes] = {}
-    n = sats = 0
+    ops: list[Outpoint] = []
+    datas: list[bytes] = []
+    values: list[int] = []
     for t in block.txs:
         txid, cb = t.txid, t.is_coinbase
         for vout, o in enumerate(t.outputs):
             if is_data_carrier(o.satoshis, o.script) or (within and (txid, vout) in within):
                 continue
-            made[(txid, vout)] = coin_bytes(txid, vout, height, cb, o.satoshis, o.script)
-            n += 1
-            sats += o.satoshis
-    out: list[bytes] = []
+            ops.append((txid, vout))
+            datas.append(coin_bytes(txid, vout, height, cb, o.satoshis, o.script))
+            values.append(o.satoshis)
+    made = dict(zip(ops, zip(elements(datas), values)))
+    n, sats = len(made), sum(values)
+    out: list[int] = []
+    read: list[bytes] = []
     for op in outside_inputs(block):
         c = known.get(op)
-        if c is None:
+        if c is not None:
+            out.append(c[0])
+            sats -= c[1]
+        else:
             info = spent.get(op)
             if info is None:
                 continue
@@ -132,12 +134,11 @@ def block_delta(
                     f"output {hash_to_hex(op[0])}:{op[1]} is spent by block {block.hash_hex} but its "
                     "transaction is in no block: the block's commitment cannot be computed"
                 )
-            c = coin_bytes(op[0], op[1], info.height, info.coinbase, info.satoshis, info.script)
-        out.append(c)
+            read.append(coin_bytes(op[0], op[1], info.height, info.coinbase, info.satoshis, info.script))
+            sats -= info.satoshis
         n -= 1
-        sats -= coin_value(c)
     h = MuHash()
-    h.update(made.values(), out)
+    h.update_elements((e for e, _v in made.values()), [*out, *elements(read)])
     return Delta(h, n, sats), made
 
 

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chain import Block, hex_to_hash
-from chain.muhash import MuHash, P, coin_bytes, element
+from chain.muhash import MuHash, P, coin_bytes, element, elements
 
 CORE_DIGEST = "10d312b100cbd32ada024a6646e40d3482fcff103668d2625f10002a607d5863"
 CORE_SER_NUMERATOR = (
@@ -225,3 +225,13 @@ def test_bench_prints_json_last(capsys: pytest.CaptureFixture[str]) -> None:
     r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert r["coins"] == 30
     assert {"us_per_coin", "ms_per_2000_tx_block"} <= r.keys()
+
+
+@settings(max_examples=40, deadline=None)
+@given(created=_datas, spent=_datas)
+def test_elements_and_update_elements_are_the_plain_forms(created: list[bytes], spent: list[bytes]) -> None:
+    assert [int(e) for e in elements(created)] == [element(d) for d in created]
+    by_bytes, by_elements = MuHash(), MuHash()
+    by_bytes.update(created, spent)
+    by_elements.update_elements([element(d) for d in created], elements(spent))
+    assert by_bytes == by_elements
