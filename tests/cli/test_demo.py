@@ -20,7 +20,8 @@ import redis
 
 from tests.cli.conftest import ROOT, run_utxo, utxo_command
 from tests.conftest import free_port
-from workers.demochain import generate
+from tests.pipeline.chains import commitment_model
+from workers.demochain import SNAPSHOT_HEIGHT, generate
 
 SMALL = ["--blocks", "4", "--txs-per-block", "40", "--workers", "2"]
 LOCAL_REDIS = "redis://127.0.0.1:6379"
@@ -93,6 +94,8 @@ def test_demo_applies_its_chain_with_workers_and_a_private_redis(tmp_path: Path)
     assert s["reorg"]["double_spent_txid"] == chain.double_spent.txid_hex
     assert s["multi_record_tx"] == chain.big.txid_hex
     assert (s["multi_record_outputs"], s["multi_record_records"]) == (2500, 3)
+    # the commitment the workers kept, through the reorg: the model's, coin by coin
+    assert s["muhash"] == commitment_model(chain.best, SNAPSHOT_HEIGHT + 1, chain.snapshot)[0]
     assert s["tx_per_s"] > 0 and s["workers"] == 2 and s["private_redis"] is True
     assert s["dir"] == str(data) and str(s["flower"]).startswith("http://127.0.0.1:")
     assert "no Redis answers" in err and str(data) in err

@@ -30,6 +30,7 @@ from typing import Any
 import click
 
 from chain import hash_to_hex, parse_block
+from workers import commitment
 from workers.cli.app import BadInput, Context, cli, emit, log
 from workers.cli.progress import Reporter
 from workers.demochain import SNAPSHOT_HASH, SNAPSHOT_HEIGHT, DemoChain, block_hash, generate
@@ -287,10 +288,18 @@ class Demo:
         disconnected = sum(1 for e in entries if e is not None and e.status is BlockStatus.SIDE)
         tip = svc.state.tip()  # the generator's tip: expect_tip has seen to it
         assert tip is not None
+        # the commitment the workers kept block by block, through the reorg, against the set's
+        kept = svc.state.get_commitment(tip.hash)
+        again = commitment.of_utxos(svc.utxo.iter_utxos(confirmed=True))
+        if kept != again:
+            shown = commitment.muhash_hex(kept) if kept else "missing"
+            raise DemoFailed(f"check failed: the tip's commitment is {shown}, the confirmed set's "
+                             f"{commitment.muhash_hex(again)}")
         return {
             "utxos": stats.utxos,
             "satoshis": stats.satoshis,
             "tip": {"height": tip.height, "hash": hash_to_hex(tip.hash)},
+            "muhash": commitment.muhash_hex(again),
             "reorgs": 1 if disconnected else 0,  # the first branch's tip was applied, then taken away
             "reorg": {
                 "fork_height": chain.fork_height, "disconnected": disconnected, "connected": len(chain.side),
