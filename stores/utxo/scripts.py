@@ -14,6 +14,8 @@ Invariants:
   transaction mined later, sorts after it. (One window: a record id is drawn before its write
   commits, so a record being written while a page is read, under an id below that page's last,
   is passed over by that walk; the next walk lists it.)
+- On SQLite the entries of the newest records may not be written yet: a query finds those by
+  a bounded scan of their keys instead (`stores.utxo.sql.scripts`), and lists the same.
 - Everything an entry shows is read from its record when it is listed (`listed`): the script (an
   entry whose script does not hash to the one asked for is a collision of the key, skipped), the
   satoshis, height and coinbase flag, and whether it is confirmed (its transaction mined on the

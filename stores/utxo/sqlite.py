@@ -29,6 +29,9 @@ class SqliteUtxoStore(SqlUtxoStore):
         "PRAGMA journal_size_limit=67108864",
     )
 
+    # outputs that live shorter than ~20,000 records never reach the script index's table
+    default_index_lag = 20_000
+
     def _schema(self, cur: Any) -> None:
         cur.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'txs'")
         existed = cur.fetchone() is not None
@@ -40,7 +43,9 @@ class SqliteUtxoStore(SqlUtxoStore):
         self._check_schema(cur, existed)
 
     def _reserve_ids(self, cur: Any, n: int) -> list[int]:
-        # Safe without a sequence: the write unit holds the database's only write lock.
+        # Safe without a sequence: the write unit holds the database's only write lock. Never at
+        # or below the script index's mark (`sql/scripts.py`): the newest records deleted (a
+        # refused block taken back) must not hand their ids to records the mark then covers.
         cur.execute("SELECT COALESCE(MAX(id), 0) FROM txs")
-        start = int(cur.fetchone()[0]) + 1
+        start = max(int(cur.fetchone()[0]), self._indexed_to(cur) or 0) + 1
         return list(range(start, start + n))

@@ -138,20 +138,12 @@ class PagedMixin(LockMixin):
         a record being created cannot be), a page at a time (a million outputs are 50 pages)."""
         cur.execute(self.db.q("SELECT id, utxos, script_keys FROM txs WHERE txid = ?"), (txid,))
         r = cur.fetchone()
+        at = self._indexed_to(cur)
+        if at is not None and r[0] > at:
+            return  # not yet in the table's part: a query scans it, the mark takes it in later
         master = Record(txid, bytearray(r[1]), 0, 0, id=r[0], script_keys=bytes(r[2]))
-        self._index_new(cur, [master])
-        sql = self.db.q(
-            "SELECT page, utxos, script_keys FROM tx_pages WHERE txid = ? AND page > ? ORDER BY page LIMIT 1"
-        )
-        at = 0
-        while True:
-            cur.execute(sql, (txid, at))
-            r = cur.fetchone()
-            if r is None:
-                return
-            at = r[0]
-            pg = Record(txid, bytearray(r[1]), 0, 0, page=at, script_keys=bytes(r[2]))
-            self._index_rows(cur, live_entries(master, pg, at * self.batch_size))
+        self._index_rows(cur, live_entries(master, master, 0))
+        self._index_pages(cur, master)
 
     def complete_creation(self, txid: bytes, block_height: int | None = None) -> bool:
         """Finish a half-done creation of `txid` (see `twophase.complete_creation`)."""

@@ -24,6 +24,7 @@ from stores.utxo.records import OutputInfo, SpendInfo, Standing, TxMeta, UtxoSta
 from stores.utxo.scripts import ScriptUtxo
 from stores.utxo.sql import codec
 from stores.utxo.sql.prune import PruneMixin
+from stores.utxo.sql.scripts import tail_entries
 from stores.utxo.view import Segment, UtxoView, no_blob, record_outputs
 
 FIELDS = frozenset(TxMeta._fields)
@@ -192,23 +193,36 @@ class ReadMixin(PruneMixin, UtxoView, scripts.ScriptBalance):
         scripts.check_limit(limit)
         key, pos = scripts.script_key(scripthash), scripts.parse_cursor(after)
         out: list[ScriptUtxo] = []
-        sql = self.db.q(
-            "SELECT rid, vout FROM script_utxos WHERE sh = ? AND (rid > ? OR (rid = ? AND vout > ?)) "
-            "ORDER BY rid, vout LIMIT ?"
-        )
         while len(out) < limit:
             want = limit - len(out)
 
-            def page(cur: Any, at: tuple[int, int] = pos, n: int = want) -> list[Any]:
-                cur.execute(sql, (key, at[0], at[0], at[1], n))
-                return list(cur.fetchall())
+            def page(cur: Any, at: tuple[int, int] = pos, n: int = want) -> list[tuple[int, int]]:
+                return self._script_entries(cur, key, scripthash[:8], at, n)
 
-            entries = [(int(r[0]), int(r[1])) for r in self.db.read("script index", page)]
+            entries = self.db.read("script index", page)
             out += self._script_listed(entries, scripthash, confirmed)
             if len(entries) < want:
                 return out, None
             pos = entries[-1]
         return out, scripts.cursor(pos)
+
+    def _script_entries(
+        self, cur: Any, key: int, packed: bytes, pos: tuple[int, int], n: int
+    ) -> list[tuple[int, int]]:
+        """Up to `n` entries (record id, vout) after `pos`, in order: the table's, then — with a
+        lag — those of the newest records, found by a scan of them (one read: the mark cannot
+        move between the two)."""
+        at = self._indexed_to(cur)
+        cur.execute(
+            self.db.q("SELECT rid, vout FROM script_utxos WHERE sh = ? AND (rid > ? OR (rid = ? AND "
+                      "vout > ?)) ORDER BY rid, vout LIMIT ?"),
+            (key, pos[0], pos[0], pos[1], n),
+        )
+        got = [(int(r[0]), int(r[1])) for r in cur.fetchall()]
+        if at is None or len(got) >= n:
+            return got
+        tail = tail_entries(self.db, cur, packed, max(at + 1, pos[0]), self.batch_size, pos)
+        return got + tail[: n - len(got)]
 
     def _script_listed(
         self, entries: list[tuple[int, int]], scripthash: bytes, confirmed: bool

@@ -34,6 +34,9 @@ class SqlUtxoStore(SnapshotMixin):
     """Implements `stores.utxo.protocol.UtxoStore`; a backend module supplies its dialect."""
 
     pragmas: Sequence[str] = ()
+    # newest records the script index may leave to the query's scan of them (`sql/scripts.py`):
+    # only where one writer works at a time (SQLite); 0 is an index kept as records change
+    default_index_lag = 0
 
     def __init__(
         self,
@@ -50,6 +53,7 @@ class SqlUtxoStore(SnapshotMixin):
         max_tx_size_in_store: int = 1 << 20,
         externalize_all: bool = False,
         external_cache_bytes: int = 64 << 20,
+        index_lag: int | None = None,
     ) -> None:
         """`create=False` opens an existing store only (for readers): a URL that names no store
         is then a StorageError, instead of a new, empty store appearing there.
@@ -71,6 +75,9 @@ class SqlUtxoStore(SnapshotMixin):
         self.lock_per_record_ttl = lock_per_record_ttl
         self.lock_max_ttl = lock_max_ttl
         self.may_create = create
+        self.index_lag = self.default_index_lag if index_lag is None else index_lag
+        if self.index_lag and not self.default_index_lag:
+            raise ValueError(f"index_lag needs one writer at a time (SQLite), not {url.split(':', 1)[0]}")
         self.block_height = 0
         self.recent = RecentOutputs()
         self.db = Database(
