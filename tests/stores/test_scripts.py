@@ -371,3 +371,40 @@ def test_only_sqlite_takes_a_lag(store_url: str, tmp_path: Path) -> None:
         return
     with pytest.raises((ValueError, TypeError)):
         open_utxo_store(store_url, index_lag=3)
+
+
+def test_a_store_keeps_the_lag_it_was_made_with(tmp_path: Path) -> None:
+    """The lag is the store's, as its batch size: opened with another, it keeps its own (a table
+    kept with a mark holds only what is below it)."""
+    a = script()
+    s = lagged_store(tmp_path, 2)
+    txs = [pays(a, 100 + k) for k in range(5)]
+    try:
+        for t in txs:
+            created(s, t, mined=True)
+    finally:
+        s.close()
+    want = {(t.txid, 0) for t in txs}
+    for lag in (0, 2, 50):
+        again = lagged_store(tmp_path, lag)
+        try:
+            assert again.index_lag == 2  # type: ignore[attr-defined]
+            assert ops(listing(again, a, limit=2)) == want
+        finally:
+            again.close()
+
+
+def test_a_snapshot_of_a_multi_record_tx_with_a_small_lag(tmp_path: Path) -> None:
+    """A snapshot's chunk moves the mark past its own multi-record tx: its pages are in first."""
+    a = script()
+    s = lagged_store(tmp_path, 3, batch_size=PAGE)
+    try:
+        big = b"\x55" * 32
+        utxos = [Utxo(big, v, 1000 + v, a, 90, False) for v in range(10)]
+        utxos += [Utxo(bytes([k]) * 32, 0, 7, a, 90, False) for k in range(1, 4)]
+        s.import_utxos(utxos, height=95, block_hash=b"\x44" * 32)
+        assert ops(listing(s, a, limit=3)) == {(u.txid, u.vout) for u in utxos}
+        at = int(s.db.read("mark", lambda cur: s._meta(cur, "script_index_at")) or 0)  # type: ignore[attr-defined]
+        assert at > 0
+    finally:
+        s.close()

@@ -27,7 +27,7 @@ from stores.utxo.kernel.record import Record
 from stores.utxo.sql import codec
 
 T = TypeVar("T")
-SCHEMA_VERSION = "utxoflow-sql-7"  # bump on any change existing stores cannot be read with
+SCHEMA_VERSION = "utxoflow-sql-8"  # bump on any change existing stores cannot be read with
 
 
 class SqlBase:
@@ -38,6 +38,7 @@ class SqlBase:
     block_height: int
     retention: int
     batch_size: int
+    index_lag: int
     max_tx_size_in_store: int
     externalize_all: bool
     external: ExternalTxs
@@ -168,8 +169,9 @@ class SqlBase:
         return int(self._meta(cur, "block_height") or 0)
 
     def _check_schema(self, cur: Any, existed: bool) -> None:
-        """Stamp a new store with SCHEMA_VERSION and its batch size; refuse one written by an
-        incompatible version; use the batch size it was created with (`stores.utxo.pagesize`)."""
+        """Stamp a new store with SCHEMA_VERSION, its batch size and its script index lag; refuse
+        one written by an incompatible version; use the batch size (`stores.utxo.pagesize`) and
+        the lag it was created with."""
         found = self._meta(cur, "schema")
         if found is None and not existed:
             self._set_meta(cur, "schema", SCHEMA_VERSION)
@@ -183,3 +185,10 @@ class SqlBase:
             self._set_meta(cur, "batch_size", str(self.batch_size))
         else:
             self.batch_size = pagesize.adopt(self.url_safe, int(size), self.batch_size)
+        # The script index's lag is the store's, as its batch size: a table kept without one holds
+        # every record's entries, one kept with one only those below its mark (`sql/scripts.py`).
+        lag = self._meta(cur, "index_lag")
+        if lag is None:
+            self._set_meta(cur, "index_lag", str(self.index_lag))
+        else:
+            self.index_lag = int(lag)

@@ -98,10 +98,11 @@ class SnapshotMixin(CreateMixin):
         for i, row, (rec, _f, _r) in zip(self._reserve_ids(cur, len(rows)), rows, recs):
             row[0] = rec.id = i
         cur.executemany(self.db.q(codec.INSERT_TX), rows)
-        self._index_new(cur, [rec for rec, _f, _r in recs])
         pages = [codec.page_values(pg) for rec, _f, _r in recs for pg in rec.pages.values()]
         if pages:
             cur.executemany(self.db.q(codec.INSERT_PAGE), pages)
+        # after the pages: a mark moved on here reads the pages of the records it passes
+        self._index_new(cur, [rec for rec, _f, _r in recs])
 
     def _snapshot_record(
         self, us: list[Utxo], block_id: int, now: int, height: int, done: list[int]
