@@ -15,23 +15,9 @@ import json
 import random
 import statistics
 import sys
-import time
-from collections.abc import Callable
 
+from bench.parse import time_ms
 from chain.muhash import MuHash, coin_bytes, element
-
-
-def _time_ms(fns: list[Callable[[], object]], repeat: int) -> list[list[float]]:
-    """Milliseconds per call of each function, `repeat` times, interleaved: on a machine whose
-    speed drifts, every function is timed under the same conditions."""
-    out: list[list[float]] = [[] for _ in fns]
-    clock = time.perf_counter_ns
-    for _ in range(repeat):
-        for fn, times in zip(fns, out, strict=True):
-            t0 = clock()
-            fn()
-            times.append((clock() - t0) / 1e6)
-    return out
 
 
 def random_coins(n: int, rng: random.Random) -> list[bytes]:
@@ -67,7 +53,7 @@ def run(created: int, spent: int, repeat: int, seed: int) -> dict[str, object]:
         for d in both:
             element(d)
 
-    update_ms, floor_ms = _time_ms([update_once, elements_once], repeat)
+    update_ms, floor_ms = time_ms([update_once, elements_once], repeat)
     med = statistics.median(update_ms)
     floor = statistics.median(floor_ms)
     return {

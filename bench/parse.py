@@ -30,7 +30,7 @@ def default_block_path() -> Path:
     return data / DEFAULT_BLOCK
 
 
-def _time_ms(fns: list[Callable[[], object]], repeat: int) -> list[list[float]]:
+def time_ms(fns: list[Callable[[], object]], repeat: int) -> list[list[float]]:
     """Milliseconds per call of each function, `repeat` times, interleaved: on a machine whose
     speed drifts, every function is timed under the same conditions."""
     out: list[list[float]] = [[] for _ in fns]
@@ -57,7 +57,7 @@ def run(path: Path, repeat: int) -> dict[str, object]:
         for r in raws:
             sha256d(r)
 
-    parse_ms, floor_ms = _time_ms([parse_once, hash_once], repeat)
+    parse_ms, floor_ms = time_ms([parse_once, hash_once], repeat)
     med = statistics.median(parse_ms)
     floor = statistics.median(floor_ms)
     n_in = sum(len(t.inputs) for t in block.txs)

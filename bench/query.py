@@ -18,22 +18,17 @@ import argparse
 import gc
 import json
 import random
-import sys
 import time
 from collections.abc import Iterator
 from hashlib import sha256
 
-from bench.store import database, peak_rss_mb
+from bench.store import database, log, peak_rss_mb
 from chain import Tx, TxIn
 from chain.build import build_tx, p2pkh
 from stores.utxo import BlockInfo, UtxoStore, open_utxo_store
 
 BATCH = 5_000  # txs per create call (a block's worth)
 OUTPUTS = 2  # per filler tx
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def fill(

@@ -131,7 +131,8 @@ class BlockApplier(Conflicts):
             try:
                 with metrics.phase("check", self.timings):
                     conflicting = self.check_known(block, created)
-                    known, missing = self.coins.take(commitment.outside_inputs(block))
+                    inputs = commitment.outside_inputs(block)
+                    known, missing = self.coins.take(inputs)
                     spent = self.utxo.get_outputs(missing) if missing else {}
                 with metrics.phase("create", self.timings):
                     made = self.create_phase(block, created, ctx)
@@ -146,7 +147,7 @@ class BlockApplier(Conflicts):
         with metrics.phase("mine", self.timings):
             self.mine_phase(block, ctx, made)
         with metrics.phase("commit", self.timings):
-            self.delta, coins = commitment.block_delta(block, height, spent, known)
+            self.delta, coins = commitment.block_delta(block, height, inputs, spent, known)
             self.coins.add(coins)
         if height > 0:  # a base block without BIP34 is height 0, which no store height may be
             self.utxo.set_block_height(height)

@@ -95,10 +95,11 @@ class RecentCoins:
 
 
 def block_delta(
-    block: Block, height: int, spent: Mapping[Outpoint, OutputInfo], known: Mapping[Outpoint, Coin] = {}
+    block: Block, height: int, inputs: Iterable[Outpoint], spent: Mapping[Outpoint, OutputInfo],
+    known: Mapping[Outpoint, Coin] = {},
 ) -> tuple[Delta, dict[Outpoint, Coin]]:
-    """The block's change to the set, and the coins it created (by outpoint). The coins its
-    inputs spend from outside it are `known` or as the store has them in `spent`; an input in
+    """The block's change to the set, and the coins it created (by outpoint). `inputs`: its
+    `outside_inputs`, whose coins are `known` or as the store has them in `spent`; an input in
     neither spends nothing of the set."""
     in_block = {t.txid for t in block.txs}
     within = {
@@ -120,7 +121,7 @@ def block_delta(
     n, sats = len(made), sum(values)
     out: list[int] = []
     read: list[bytes] = []
-    for op in outside_inputs(block):
+    for op in inputs:
         c = known.get(op)
         if c is not None:
             out.append(c[0])

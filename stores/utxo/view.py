@@ -125,11 +125,9 @@ class UtxoView:
         mined = self._confirming(spenders) if spenders else set()
         for (rec, raw, fmt, _base, _u), live, pending in zip(segments, live_of, spent_by):
             if pending:
-                unconfirmed = [v for v, sp in pending if sp not in mined]
-                if unconfirmed and rec.deleted_children:  # a pruned spender had been mined
-                    pruned = set(rec.children("deleted_children"))
-                    unconfirmed = [v for v, sp in pending if sp not in mined and sp not in pruned]
-                live = sorted(live + unconfirmed)
+                # a pruned spender had been mined (only such records are pruned)
+                pruned = set(rec.children("deleted_children")) if rec.deleted_children else set()
+                live = sorted(live + [v for v, sp in pending if sp not in mined and sp not in pruned])
             if not live:
                 continue
             outputs: OutputCursor | Outputs

@@ -99,19 +99,11 @@ class ScriptIndexMixin(SqlBase):
         if self.index_lag:
             self._catch_up(cur)
             return
-        size = self.batch_size
         rows: list[Entry] = []
-        unpack = _KEY.iter_unpack
         for rec in recs:
-            if (not rec.pages and not rec.total_extra_recs and not rec.spent_utxos
-                    and rec.total_utxos << 3 == len(rec.script_keys)):
-                # (live_entries' common case, inlined: a block's create call makes thousands)
-                rid = rec.id
-                rows += [(k, rid, v) for v, (k,) in enumerate(unpack(rec.script_keys))]
-                continue
             rows += live_entries(rec, rec, 0)
             for k, pg in rec.pages.items():
-                rows += live_entries(rec, pg, k * size)
+                rows += live_entries(rec, pg, k * self.batch_size)
         self._index_rows(cur, rows)
 
     def _index_rows(self, cur: Any, rows: list[Entry]) -> None:
@@ -146,8 +138,13 @@ class ScriptIndexMixin(SqlBase):
         self._set_meta(cur, AT, str(to))
 
     def _index_pages(self, cur: Any, master: Record) -> None:
-        """The entries of a multi-record tx's child pages, a page at a time (a million outputs
-        are 50 pages)."""
+        """The entries of a multi-record tx's child pages, written a page at a time."""
+        for rows in self._page_entries(cur, master):
+            self._index_rows(cur, rows)
+
+    def _page_entries(self, cur: Any, master: Record) -> Iterator[list[Entry]]:
+        """The live entries of each of a multi-record tx's child pages, read one page at a time
+        (a million outputs are 50 pages)."""
         sql = self.db.q(
             "SELECT page, utxos, script_keys FROM tx_pages WHERE txid = ? AND page > ? ORDER BY page LIMIT 1"
         )
@@ -159,7 +156,7 @@ class ScriptIndexMixin(SqlBase):
                 return
             at = r[0]
             pg = Record(master.txid, bytearray(r[1]), 0, 0, page=at, script_keys=bytes(r[2]))
-            self._index_rows(cur, live_entries(master, pg, at * self.batch_size))
+            yield live_entries(master, pg, at * self.batch_size)
 
     def _entries(
         self, parents: dict[bytes, Record], spends: Iterable[Spend], at: int | None
@@ -189,9 +186,7 @@ class ScriptIndexMixin(SqlBase):
 
     def _index_unspent(self, cur: Any, parents: dict[bytes, Record], freed: Sequence[Spend]) -> None:
         """Spends taken back: their outputs' entries come back."""
-        rows = self._entries(parents, freed, self._indexed_to(cur))
-        if rows:
-            cur.executemany(self.db.q(_INSERT), rows)
+        self._index_rows(cur, self._entries(parents, freed, self._indexed_to(cur)))
 
     def _unindex_gone(self, cur: Any, gone: Sequence[Record]) -> None:
         """Records about to be deleted: the entries of whatever they still hold unspent (read
@@ -202,7 +197,7 @@ class ScriptIndexMixin(SqlBase):
         if not ids:
             return
         rows: list[Entry] = []
-        live = {}
+        paged: list[Record] = []
         for r in self.db.select_in(
             cur, "SELECT id, txid, utxos, script_keys, total_extra_recs FROM txs "
             "WHERE spent_utxos < total_utxos AND id", ids,
@@ -210,11 +205,9 @@ class ScriptIndexMixin(SqlBase):
             rec = Record(bytes(r[1]), bytearray(r[2]), 0, 0, id=r[0], script_keys=bytes(r[3]))
             rows += live_entries(rec, rec, 0)
             if r[4]:
-                live[rec.txid] = rec
-        if live:
-            for r in self.db.select_in(cur, "SELECT txid, page, utxos, script_keys FROM tx_pages WHERE txid",
-                                       sorted(live)):
-                pg = Record(bytes(r[0]), bytearray(r[2]), 0, 0, page=r[1], script_keys=bytes(r[3]))
-                rows += live_entries(live[pg.txid], pg, pg.page * self.batch_size)
+                paged.append(rec)
+        for rec in paged:
+            for page_rows in self._page_entries(cur, rec):
+                rows += page_rows
         if rows:
             cur.executemany(self.db.q(_DELETE), rows)
