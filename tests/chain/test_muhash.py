@@ -12,15 +12,18 @@ Vectors (Bitcoin Core):
 
 from __future__ import annotations
 
+import ctypes
 import json
 import random
 import struct
+import sys
+import threading
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chain import Block, hex_to_hash
+from chain import Block, hex_to_hash, libcrypto, muhash
 from chain.muhash import MuHash, P, coin_bytes, element, elements
 
 CORE_DIGEST = "10d312b100cbd32ada024a6646e40d3482fcff103668d2625f10002a607d5863"
@@ -235,3 +238,54 @@ def test_elements_and_update_elements_are_the_plain_forms(created: list[bytes], 
     by_bytes.update(created, spent)
     by_elements.update_elements([element(d) for d in created], elements(spent))
     assert by_bytes == by_elements
+
+
+def _libcrypto_here() -> bool:
+    for name in ("libcrypto.so.3", "libcrypto.so.1.1"):
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def test_the_fast_form_is_used_where_libcrypto_is() -> None:
+    # Where the library can be loaded on Linux, `elements` must be on the fast path: a failure to
+    # bind it would otherwise only show as a slower pipeline.
+    expected = sys.platform.startswith("linux") and _libcrypto_here()
+    assert (muhash._fast_keystreams is not None) == expected
+
+
+@settings(max_examples=20, deadline=None)
+@given(datas=_datas)
+def test_the_inlined_form_without_libcrypto(datas: list[bytes]) -> None:
+    fast = muhash._fast_keystreams
+    muhash._fast_keystreams = None
+    try:
+        plain = elements(datas)
+    finally:
+        muhash._fast_keystreams = fast
+    assert [int(e) for e in plain] == [element(d) for d in datas] == [int(e) for e in elements(datas)]
+
+
+def test_a_libcrypto_that_disagrees_is_not_used() -> None:
+    assert libcrypto.load(lambda d: bytes(384)) is None
+    if muhash._fast_keystreams is not None:
+        assert libcrypto.load(muhash._keystream) is not None
+
+
+def test_threads_each_hash_with_their_own_context() -> None:
+    rng = random.Random(7)
+    work = [[rng.randbytes(rng.randrange(0, 300)) for _ in range(400)] for _ in range(4)]
+    got: dict[int, list[int]] = {}
+
+    def run(k: int) -> None:
+        got[k] = [int(e) for e in elements(work[k])]
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [got[k] for k in range(4)] == [[element(d) for d in w] for w in work]
