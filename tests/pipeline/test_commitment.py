@@ -5,6 +5,7 @@ mines the same transaction at another height. Checked against the model after ev
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 from stores.blob import open_blob_store
@@ -12,6 +13,7 @@ from stores.state import BlockStatus, open_state_store
 from stores.utxo import open_utxo_store
 from tests.pipeline.chains import spend
 from tests.pipeline.world import World
+from workers.commitment import RecentCoins
 from workers.sequencer import Sequencer
 
 
@@ -41,3 +43,35 @@ def test_a_worker_takes_up_the_chain_after_another_mined_its_coins_at_another_he
     finally:
         b.utxo.close()
         b.state.close()
+
+
+def test_recent_coins_are_bounded_and_keep_the_newest() -> None:
+    # A model: the coins added, in order, minus those taken. The cache may forget any but the
+    # newest half of its bound, never hands a coin out twice, and never holds more than its bound.
+    rng = random.Random(11)
+    coins = RecentCoins(max_bytes=700 * 100)  # 100 coins
+    assert coins.max_coins == 100
+    added: list[tuple[bytes, int]] = []
+    taken: set[tuple[bytes, int]] = set()
+    for step in range(60):
+        batch = {(bytes([step, k]), k): (step * 1000 + k, k) for k in range(rng.randrange(1, 40))}
+        coins.add(batch)
+        added += batch
+        assert len(coins) <= 100
+        ask = rng.sample(added, min(len(added), 15))
+        found, missing = coins.take(ask)
+        assert set(found) | set(missing) == set(ask) and not set(found) & set(missing)
+        for op, c in found.items():
+            assert op not in taken and c == (op[0][0] * 1000 + op[1], op[1])
+        taken |= set(found)
+        newest = [op for op in added[-50:] if op not in taken]  # half the bound: always held
+        held, _ = coins.take(newest)
+        assert set(held) == set(newest)
+        taken |= set(held)
+    big = {(b"\xff" + i.to_bytes(2, "big"), 0): (i, 0) for i in range(250)}  # more than a generation
+    coins.add(big)
+    assert len(coins) <= 100
+    found, _ = coins.take(list(big)[-50:])
+    assert len(found) == 50
+    coins.clear()
+    assert len(coins) == 0 and coins.take([(b"\xff\x00\x01", 0)]) == ({}, [(b"\xff\x00\x01", 0)])
