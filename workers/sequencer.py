@@ -197,6 +197,11 @@ class Sequencer:
         while True:
             with self.lease() as mine:
                 if not mine:
+                    # The holder's progress, for this worker's parsed blocks: those it applied
+                    # go first, not the ones this worker will be asked to apply if it takes over.
+                    tip = self.state.tip()
+                    if tip is not None and tip.height is not None:
+                        self.blocks.passed(tip.height + 1)
                     raise ChainBusy()
                 tip = self._pass(check_budget)
             # Let go; a block indexed meanwhile found the lease held and was left to this worker

@@ -212,3 +212,39 @@ def test_wait_returns_soon_after_the_last_id_goes(tmp_path: Path) -> None:
         worker.join()
         state.close()
         other_state.close()
+
+
+def test_a_worker_that_finds_the_chain_held_lets_the_applied_blocks_go_first(
+    seq: Sequencer, urls: tuple[str, str]
+) -> None:
+    """A worker indexing a burst while another applies learns the holder's tip, so that past
+    its budget the blocks already applied go, not the ones it will apply if it takes over."""
+    c = Chain()
+    for _ in range(8):
+        c.add()
+    b = other(seq, urls)
+    b.blocks.kept_blocks = 4
+    try:
+
+        def index_while_held(raws: list[bytes]) -> None:
+            with seq.lease() as mine:
+                assert mine
+                for raw in raws:
+                    b.accept(b.store_block(raw))
+                    try:
+                        b.advance()
+                        raise AssertionError("the chain was held: the block is left to its holder")
+                    except ChainBusy:
+                        pass
+
+        index_while_held(c.blocks[:4])
+        tip = seq.advance()  # the holder applies what b indexed
+        assert tip is not None and tip.height == 4
+        index_while_held(c.blocks[4:])
+        assert b.blocks.parses == 8
+        tip = b.advance()  # b takes the chain over: what it kept is what it needs
+        assert tip is not None and tip.height == 8 and b.state.counts() == {"applied": 8}
+        assert b.blocks.parses == 8  # none parsed twice (before: 5, 6 and 7 went and came back)
+        assert {(u.txid, u.vout) for u in b.utxo.iter_utxos(confirmed=True)} == confirmed_model(c.txs)
+    finally:
+        b.state.close()
