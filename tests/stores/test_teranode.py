@@ -702,6 +702,28 @@ def test_a_spend_whose_parent_was_pruned_is_blessed(tn: UtxoStore, fx: Fixture) 
     assert isinstance(rejected(tn, old, 101)[0], TxNotFound)
 
 
+def test_a_blessed_spend_keeps_its_place_in_a_batch(tn: UtxoStore, fx: Fixture) -> None:
+    """In one call, a blessed spend (a parent gone, its own record there) that shares an output
+    with a later transaction still goes first and wins it; a transaction alone in the call is
+    spent beside them, and one without a record of its own is refused for its gone parent."""
+    tn.set_block_height(100)
+    tn.create(fx.tx, 100)
+    blessed = child((fx.parent, 0), (fx.tx, 1))  # fx.parent is not in the store
+    tn.create(blessed, 100)
+    later = child((fx.tx, 1), n_outputs=1)  # wants the output the blessed one spends
+    alone = child((fx.tx, 3), n_outputs=1)
+    stranger = child((fx.parent, 1), (fx.tx, 4))  # gone parent, no record of its own
+    r = tn.spend_many([blessed, later, alone, stranger], 101)
+    assert isinstance(r[0], list) and [(s.txid, s.vout) for s in r[0]] == [(fx.tx.txid, 1)]
+    assert isinstance(r[1], SpendRejected)
+    assert isinstance(r[2], list) and [(s.txid, s.vout) for s in r[2]] == [(fx.tx.txid, 3)]
+    assert isinstance(r[3], SpendRejected)
+    assert any(isinstance(e, TxNotFound) for _vin, e in r[3].errors)
+    out = tn.get_output((fx.tx.txid, 4))
+    assert out is not None and out.spending_txid is None  # the refused one took nothing
+    assert tn.get_output((fx.tx.txid, 1)).spending_txid == blessed.txid  # type: ignore[union-attr]
+
+
 def test_unspend_refuses_a_frozen_output(tn: UtxoStore, fx: Fixture) -> None:
     """unspend of a frozen output: UTXO_FROZEN; the output stays frozen."""
     tn.create(fx.tx, 100)

@@ -19,7 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from chain import Tx
@@ -139,6 +139,7 @@ class Rules:
         dah_height: int,
         ignore: Ignore = NO_IGNORE,
         skip_missing: Collection[bytes] = (),
+        vouch: Callable[[list[bytes]], Collection[bytes]] | None = None,
     ) -> list[list[Spend] | UtxoError]:
         """`spend_tx` of each of `txs` in turn (a coinbase spends nothing), as the kernel orders
         them. The transactions that share no outpoint with another of the call go in one batch
@@ -146,7 +147,9 @@ class Rules:
         each other has its new spends taken back and goes again alone, for its exact errors.
         Those that share an outpoint go one at a time, in order, after: the first one wins, and
         a refused one frees what it took for the later ones. `skip_missing`: the txids whose
-        inputs with a missing parent are left out."""
+        inputs with a missing parent are left out; and, when given, those `vouch` names among
+        the ones that go alone (asked only when there are such: a parent gone is rare, and a
+        transaction of the batch that met one is among them, its new spends taken back)."""
         out: list[list[Spend] | UtxoError] = [[] for _ in txs]
         seen: dict[Outpoint, int] = {}
         shared: set[int] = set()
@@ -159,7 +162,10 @@ class Rules:
                     shared.update((first, k))
         alone = [k for k, tx in enumerate(txs) if not tx.is_coinbase and k not in shared]
         again = self._batch(txs, alone, out, height, dah_height, ignore, skip_missing)
-        for k in sorted({*again, *shared}):
+        later = sorted({*again, *shared})
+        if later and vouch is not None:
+            skip_missing = {*skip_missing, *vouch([txs[k].txid for k in later])}
+        for k in later:
             out[k] = self.spend_tx(txs[k], height, dah_height, ignore, txs[k].txid in skip_missing)
         return out
 
