@@ -68,3 +68,69 @@ def test_a_take_back_after_a_state_change_settles_the_delete_height_again(store:
     assert got.spent_utxos == want.spent_utxos == 0
     assert want.delete_at_height is not None and got.delete_at_height is not None
     assert want.delete_at_height <= got.delete_at_height <= want.delete_at_height + 1
+
+
+def _dead_attempt(store: Any, tx: Any, vin: int) -> None:
+    """What an attempt to spend `tx` that died after its call on input `vin`'s parent left:
+    that one input spent by `tx`, nothing else (the call the spend makes, made alone)."""
+    from stores.utxo.kernel.spend import expected_hash
+
+    i = tx.inputs[vin]
+    key, slot = store.rules.where((i.prev_txid, i.prev_vout))
+    res = store.conn.apply(key, "spend", [[[slot, i.prev_vout, expected_hash(tx, vin), vin]], tx.txid,
+                                          101, 0, 0, 101, 288])  # fmt: skip
+    assert res.get("fresh"), res
+
+
+def test_a_refused_attempt_frees_what_a_dead_attempt_of_the_same_tx_spent(store: Any) -> None:
+    """The crash window: an attempt spent the first parent's output and died; meanwhile another
+    tx took the second. The attempt delivered again is refused; the tx has no record (a mempool
+    tx is spent before it is made), so the first output must be free again, not held by a
+    spend that will never be."""
+    a, b = funding(2), funding(2)
+    created(store, a, b)
+    tx = child((a, 0), (b, 0))
+    _dead_attempt(store, tx, 0)
+    assert store.get_output((a.txid, 0)).spending_txid == tx.txid
+    rival = child((b, 0))
+    assert not isinstance(store.spend_many([rival], 101)[0], Exception)
+    (again,) = store.spend_many([tx], 101)
+    assert isinstance(again, SpendRejected)
+    assert store.get_output((a.txid, 0)).spending_txid is None  # free for anyone again
+    assert store.get(a.txid).spent_utxos == 0
+    assert store.get_output((b.txid, 0)).spending_txid == rival.txid  # the rival's stays
+    taker = child((a, 0))
+    assert not isinstance(store.spend_many([taker], 101)[0], Exception)
+
+
+def test_a_refused_tx_with_its_own_record_keeps_its_spends(store: Any) -> None:
+    """A tx that has a record was accepted whole (or is a block's, whose undo takes back its
+    spends): a later refusal of it frees nothing. Here it was spent and made; then its second
+    parent is gone and its record is conflicting (so it does not vouch for the gone parent),
+    and a second delivery is refused: the first parent's output stays spent by it."""
+    a, b = funding(2), funding(2)
+    created(store, a, b)
+    tx = child((a, 0), (b, 0))
+    assert not isinstance(store.spend_many([tx], 101)[0], Exception)
+    created(store, tx)
+    store.set_conflicting([tx.txid], True)  # no blessing: its spends were to be taken back by others
+    store.conn.client.remove(store.key(b.txid))  # the second parent gone
+    (again,) = store.spend_many([tx], 101)
+    assert isinstance(again, SpendRejected)
+    assert store.get_output((a.txid, 0)).spending_txid == tx.txid  # kept: it has its record
+
+
+def test_a_dead_attempt_freed_beside_a_spend_that_goes_through(store: Any) -> None:
+    """In one call: a refused tx with a dead attempt's spend (freed), beside a tx that spends
+    alone (kept) — the release touches only what names the refused one."""
+    a, b, c = funding(2), funding(2), funding(2)
+    created(store, a, b, c)
+    dead = child((a, 0), (b, 0))
+    _dead_attempt(store, dead, 0)
+    assert not isinstance(store.spend_many([child((b, 0))], 101)[0], Exception)
+    fine = child((a, 1), (c, 0))
+    got = store.spend_many([dead, fine], 101)
+    assert isinstance(got[0], SpendRejected) and isinstance(got[1], list)
+    assert store.get_output((a.txid, 0)).spending_txid is None
+    assert store.get_output((a.txid, 1)).spending_txid == fine.txid
+    assert store.get(a.txid).spent_utxos == 1

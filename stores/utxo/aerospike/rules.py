@@ -8,9 +8,13 @@ Invariants:
 - A transaction's spend is all or nothing across its parents' records: each parent's inputs
   are spent in one call, and when any parent refuses, the inputs newly spent on the others are
   taken back (`take_back`, which reverts a slot only while it still holds this spender's data).
-  Not yet kept: a process that dies between the two leaves the spends it made, and an attempt
-  delivered again finds them its own (not new) and so, if it is refused, does not take them
-  back (a spend-intent record naming what an attempt spent would close this).
+  A process that dies between the two leaves the spends it made; an attempt delivered again
+  finds them its own (not new). If that attempt is refused and the transaction has no record
+  of its own (a mempool transaction is spent before it is created) and no parent lists it as a
+  deleted child (pruned after it was mined), it was never accepted: every spend still naming
+  it goes (`release`). One that has a record keeps them: it was
+  accepted whole before (its spends went through before its record was made), or it is a
+  block's, whose refusal the block's own undo takes back.
 - A child page's master takes the page's spent count after every call that ran on the page
   (`page_spent`, idempotent by the page's revision), so a report lost with a dying process is
   made by the next call there.
@@ -24,7 +28,7 @@ from typing import Any
 
 from chain import Tx
 from stores.utxo.aerospike.client import Connection, Key
-from stores.utxo.errors import Outpoint, ProcessingError, SpendRejected, UtxoError
+from stores.utxo.errors import InvalidSpend, Outpoint, ProcessingError, SpendRejected, UtxoError
 from stores.utxo.kernel import verdicts
 from stores.utxo.kernel.spend import NO_IGNORE, Ignore, expected_hash
 from stores.utxo.records import Spend, SpendInfo, SpendStatus
@@ -36,6 +40,17 @@ REDONE = ("UTXO_HASH_MISMATCH", "UTXO_NOT_FROZEN")  # what a reassign done alrea
 def mine(txid: bytes, vin: int) -> bytes:
     """The spending data input `vin` of `txid` writes."""
     return txid + vin.to_bytes(4, "little")
+
+
+def unaccepted(res: list[Spend] | UtxoError, txid: bytes, records: Collection[bytes]) -> bool:
+    """Whether a spend's refusal shows its transaction was never accepted: no record of its
+    own, and no parent listing it among its deleted children (INVALID_SPEND: a tx pruned after
+    it was mined has no record either, and its spends are for good)."""
+    return (
+        isinstance(res, SpendRejected)
+        and txid not in records
+        and not any(isinstance(e, InvalidSpend) for _vin, e in res.errors)
+    )
 
 
 def verdict(
@@ -139,7 +154,7 @@ class Rules:
         dah_height: int,
         ignore: Ignore = NO_IGNORE,
         skip_missing: Collection[bytes] = (),
-        vouch: Callable[[list[bytes]], Collection[bytes]] | None = None,
+        own: Callable[[list[bytes]], Mapping[bytes, bool]] | None = None,
     ) -> list[list[Spend] | UtxoError]:
         """`spend_tx` of each of `txs` in turn (a coinbase spends nothing), as the kernel orders
         them. The transactions that share no outpoint with another of the call go in one batch
@@ -147,9 +162,15 @@ class Rules:
         each other has its new spends taken back and goes again alone, for its exact errors.
         Those that share an outpoint go one at a time, in order, after: the first one wins, and
         a refused one frees what it took for the later ones. `skip_missing`: the txids whose
-        inputs with a missing parent are left out; and, when given, those `vouch` names among
-        the ones that go alone (asked only when there are such: a parent gone is rare, and a
-        transaction of the batch that met one is among them, its new spends taken back)."""
+        inputs with a missing parent are left out.
+
+        `own`, when given, says which of the txids asked have a record of their own, and
+        whether it vouches for its inputs whose parent is gone (`kernel.spend.blesses`). It is
+        asked only for the transactions that go one at a time (when there are such: a parent
+        gone is rare, and a transaction of the batch that met one is among them, its new spends
+        taken back): a vouched one skips its missing parents. A refused one with no record of
+        its own was never accepted, so every spend that still names it is an attempt's that
+        died between its calls (the crash window of the module's invariants): `release`."""
         out: list[list[Spend] | UtxoError] = [[] for _ in txs]
         seen: dict[Outpoint, int] = {}
         shared: set[int] = set()
@@ -163,11 +184,27 @@ class Rules:
         alone = [k for k, tx in enumerate(txs) if not tx.is_coinbase and k not in shared]
         again = self._batch(txs, alone, out, height, dah_height, ignore, skip_missing)
         later = sorted({*again, *shared})
-        if later and vouch is not None:
-            skip_missing = {*skip_missing, *vouch([txs[k].txid for k in later])}
+        records: Mapping[bytes, bool] = own([txs[k].txid for k in later]) if later and own else {}
+        skip = {*skip_missing, *(t for t, vouches in records.items() if vouches)}
         for k in later:
-            out[k] = self.spend_tx(txs[k], height, dah_height, ignore, txs[k].txid in skip_missing)
+            out[k] = self.spend_tx(txs[k], height, dah_height, ignore, txs[k].txid in skip)
+        if own is not None:
+            self.release([txs[k] for k in later if unaccepted(out[k], txs[k].txid, records)], dah_height)
         return out
+
+    def release(self, txs: Sequence[Tx], dah_height: int) -> None:
+        """Take back every spend that still names one of `txs` (each refused, with no record of
+        its own): `take_back` reverts only a slot holding that spender's data, and settles the
+        record's delete-at-height by the rule (it cannot know the height before)."""
+        calls: list[tuple[Key, str, list[Any]]] = []
+        for tx in txs:
+            for (parent, page), items in self._groups(tx).items():
+                named = [[s, mine(tx.txid, v)] for v, s, _op, _w in items]
+                args = [named, None, -1, dah_height, self.retention, None]  # (-1: no height was)
+                calls.append((self.conn.key(parent, page), "take_back", args))
+        for (key, _f, _a), r in zip(calls, self.conn.apply_many(calls)):
+            if r.get("n"):
+                self._report(key, r, dah_height)
 
     def _batch(
         self,
