@@ -134,3 +134,19 @@ def test_a_dead_attempt_freed_beside_a_spend_that_goes_through(store: Any) -> No
     assert store.get_output((a.txid, 0)).spending_txid is None
     assert store.get_output((a.txid, 1)).spending_txid == fine.txid
     assert store.get(a.txid).spent_utxos == 1
+
+
+def test_a_dead_attempt_waiting_for_a_parent_keeps_its_spend_and_then_goes_through(store: Any) -> None:
+    """A refusal that may pass (a parent not in the store yet) frees nothing: the tx's next
+    delivery, once the parent is there, goes through whole."""
+    a, b = funding(2), funding(2)
+    created(store, a)
+    tx = child((a, 0), (b, 0))
+    _dead_attempt(store, tx, 0)
+    (waiting,) = store.spend_many([tx], 101)
+    assert isinstance(waiting, SpendRejected)
+    assert store.get_output((a.txid, 0)).spending_txid == tx.txid
+    created(store, b)
+    (done,) = store.spend_many([tx], 101)
+    assert isinstance(done, list)
+    assert sorted((s.txid, s.vout) for s in done) == sorted([(a.txid, 0), (b.txid, 0)])

@@ -9,12 +9,13 @@ Invariants:
   are spent in one call, and when any parent refuses, the inputs newly spent on the others are
   taken back (`take_back`, which reverts a slot only while it still holds this spender's data).
   A process that dies between the two leaves the spends it made; an attempt delivered again
-  finds them its own (not new). If that attempt is refused and the transaction has no record
-  of its own (a mempool transaction is spent before it is created) and no parent lists it as a
-  deleted child (pruned after it was mined), it was never accepted: every spend still naming
-  it goes (`release`). One that has a record keeps them: it was
-  accepted whole before (its spends went through before its record was made), or it is a
-  block's, whose refusal the block's own undo takes back.
+  finds them its own (not new). If that attempt is refused for a double spend and the
+  transaction has no record of its own (a mempool transaction is spent before it is created)
+  and no parent lists it as a deleted child (pruned after it was mined), it was never accepted
+  and never will be: every spend still naming it goes (`unaccepted`, `release`). A refusal
+  for a missing or locked parent may pass: its retry (or the recovery manager) ends it. One
+  that has a record keeps them: it was accepted whole before (its spends went through before
+  its record was made), or it is a block's, whose refusal the block's own undo takes back.
 - A child page's master takes the page's spent count after every call that ran on the page
   (`page_spent`, idempotent by the page's revision), so a report lost with a dying process is
   made by the next call there.
@@ -28,7 +29,15 @@ from typing import Any
 
 from chain import Tx
 from stores.utxo.aerospike.client import Connection, Key
-from stores.utxo.errors import InvalidSpend, Outpoint, ProcessingError, SpendRejected, UtxoError
+from stores.utxo.errors import (
+    InvalidSpend,
+    Outpoint,
+    ProcessingError,
+    SpendRejected,
+    TxLocked,
+    UtxoError,
+    UtxoSpent,
+)
 from stores.utxo.kernel import verdicts
 from stores.utxo.kernel.spend import NO_IGNORE, Ignore, expected_hash
 from stores.utxo.records import Spend, SpendInfo, SpendStatus
@@ -43,14 +52,16 @@ def mine(txid: bytes, vin: int) -> bytes:
 
 
 def unaccepted(res: list[Spend] | UtxoError, txid: bytes, records: Collection[bytes]) -> bool:
-    """Whether a spend's refusal shows its transaction was never accepted: no record of its
-    own, and no parent listing it among its deleted children (INVALID_SPEND: a tx pruned after
-    it was mined has no record either, and its spends are for good)."""
-    return (
-        isinstance(res, SpendRejected)
-        and txid not in records
-        and not any(isinstance(e, InvalidSpend) for _vin, e in res.errors)
-    )
+    """Whether a spend's refusal shows its transaction was never accepted and never will be:
+    an input spent by another transaction (a double spend), no record of its own, and neither
+    a parent listing it among its deleted children (INVALID_SPEND: a tx pruned after it was
+    mined has no record either, and its spends are for good) nor a parent locked a moment (a
+    delivery of it running beside this one may have spent everything and be about to make its
+    record: only another spender holding one of its outputs rules that out)."""
+    if not isinstance(res, SpendRejected) or txid in records:
+        return False
+    kinds = {type(e) for _vin, e in res.errors}
+    return UtxoSpent in kinds and not any(issubclass(k, (InvalidSpend, TxLocked)) for k in kinds)
 
 
 def verdict(
