@@ -116,10 +116,13 @@ class Blocks:
     parsed (up to `kept_bytes` estimated and `kept_blocks`): such a body is the only one its hash can have,
     whereas a corrupted copy may yet be replaced by the genuine one.
 
-    Past the budget, a block the chain has passed goes first (`passed`), else the one furthest
-    ahead (by its BIP34 height: needed last), else the least recently used; never the block
-    being kept. A worker that indexes a burst of blocks ahead of the chain so keeps the ones
-    it will be asked to help with soonest."""
+    Past the budget, a block the chain has passed goes first (`passed`), else the least
+    recently used; never the block being kept. Of blocks with a BIP34 height: while this
+    worker applies the chain, the one furthest ahead goes (needed last). While another worker
+    holds the chain (`ahead`: this one only indexes), the lowest goes instead: the holder
+    applies those before this worker can take the chain over, so a burst longer than the
+    budget is parsed again only for what the holder had not reached by then (keeping the
+    lowest would parse again everything past the budget)."""
 
     def __init__(self, blobs: BlobStore, kept_bytes: int = PARSED_KEPT_BYTES,
                  kept_blocks: int = PARSED_KEPT_BLOCKS) -> None:
@@ -130,6 +133,7 @@ class Blocks:
         self._heights: dict[bytes, int | None] = {}
         self._bytes = 0  # parsed_bytes of the blocks in _parsed
         self.floor = 0  # blocks below this height are applied: the first to go
+        self.ahead = False  # another worker holds the chain: this one indexes ahead of it
         self.parses = 0  # blocks parsed by this object (bench.pipeline counts them in the log)
 
     def passed(self, height: int) -> None:
@@ -195,7 +199,9 @@ class Blocks:
         passed = [h for x, h in known if x < self.floor]
         if passed:
             return passed[0]
-        return max(known)[1] if known else others[0]
+        if not known:
+            return others[0]
+        return min(known)[1] if self.ahead else max(known)[1]
 
 
 def stated_height(block: Block) -> int | None:

@@ -196,6 +196,7 @@ class Sequencer:
 
         while True:
             with self.lease() as mine:
+                self.blocks.ahead = not mine
                 if not mine:
                     # The holder's progress, for this worker's parsed blocks: those it applied
                     # go first, not the ones this worker will be asked to apply if it takes over.

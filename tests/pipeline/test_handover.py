@@ -10,13 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from chain import parse_block
 from stores.blob import open_blob_store
 from stores.state import BlockStatus, open_state_store
 from tests.pipeline.chains import Chain, confirmed_model
 from workers.blockindex import INDEX_LEASE, Blocks, parsed_bytes
 from workers.registry import Registry, block_settled
-from workers.sequencer import LEASE, ChainBusy, Sequencer, chain_at_rest
+from workers.sequencer import LEASE, ChainBusy, Sequencer, Unfinished, chain_at_rest
 
 
 def other(seq: Sequencer, urls: tuple[str, str]) -> Sequencer:
@@ -245,6 +247,42 @@ def test_a_worker_that_finds_the_chain_held_lets_the_applied_blocks_go_first(
         tip = b.advance()  # b takes the chain over: what it kept is what it needs
         assert tip is not None and tip.height == 8 and b.state.counts() == {"applied": 8}
         assert b.blocks.parses == 8  # none parsed twice (before: 5, 6 and 7 went and came back)
+        assert {(u.txid, u.vout) for u in b.utxo.iter_utxos(confirmed=True)} == confirmed_model(c.txs)
+    finally:
+        b.state.close()
+
+
+def test_a_burst_indexed_ahead_keeps_its_highest_blocks_for_the_take_over(
+    seq: Sequencer, urls: tuple[str, str]
+) -> None:
+    """A worker indexes a burst longer than its budget while another holds the chain (which has
+    applied nothing yet): it keeps the highest blocks, since the holder applies the lowest
+    before this worker can take over. Taking over after the holder's first five, it parses
+    none twice (keeping the lowest, it would parse the sixth and seventh again)."""
+    c = Chain()
+    for _ in range(8):
+        c.add()
+    b = other(seq, urls)
+    b.blocks.kept_blocks = 4
+    try:
+        with seq.lease() as mine:
+            assert mine
+            for raw in c.blocks:
+                b.accept(b.store_block(raw))
+                try:
+                    b.advance()
+                    raise AssertionError("the chain was held: the block is left to its holder")
+                except ChainBusy:
+                    pass
+        assert b.blocks.parses == 8
+        for _ in range(5):  # the holder gets on, a block per budget, then hands the chain on
+            with pytest.raises(Unfinished):
+                seq.advance(budget_s=0)
+        tip = seq.state.tip()
+        assert tip is not None and tip.height == 5
+        tip = b.advance()
+        assert tip is not None and tip.height == 8 and b.state.counts() == {"applied": 8}
+        assert b.blocks.parses == 8
         assert {(u.txid, u.vout) for u in b.utxo.iter_utxos(confirmed=True)} == confirmed_model(c.txs)
     finally:
         b.state.close()
