@@ -8,14 +8,13 @@ Invariants:
 - A transaction's spend is all or nothing across its parents' records: each parent's inputs
   are spent in one call, and when any parent refuses, the inputs newly spent on the others are
   taken back (`take_back`, which reverts a slot only while it still holds this spender's data).
-  A process that dies between the two leaves the spends it made; an attempt delivered again
-  finds them its own (not new). If that attempt is refused for a double spend and the
-  transaction has no record of its own (a mempool transaction is spent before it is created)
-  and no parent lists it as a deleted child (pruned after it was mined), it was never accepted
-  and never will be: every spend still naming it goes (`unaccepted`, `release`). A refusal
-  for a missing or locked parent may pass: its retry (or the recovery manager) ends it. One
-  that has a record keeps them: it was accepted whole before (its spends went through before
-  its record was made), or it is a block's, whose refusal the block's own undo takes back.
+  Not yet kept: a process that dies between the two leaves the spends it made, and an attempt
+  delivered again finds them its own (not new) and so, if it is refused, does not take them
+  back. Taking back every slot that names the transaction when it is refused is not the fix: a
+  slot names a spender, not an attempt, so a refused delivery would take back what a delivery
+  running beside it spent (after a rival's brief hold of one input ended), even after that
+  one made the record. Closing it needs the attempt in the spend (a spend-intent record) or
+  one delivery of a txid at a time (a lease around spend and create).
 - A child page's master takes the page's spent count after every call that ran on the page
   (`page_spent`, idempotent by the page's revision), so a report lost with a dying process is
   made by the next call there.
@@ -29,15 +28,7 @@ from typing import Any
 
 from chain import Tx
 from stores.utxo.aerospike.client import Connection, Key
-from stores.utxo.errors import (
-    InvalidSpend,
-    Outpoint,
-    ProcessingError,
-    SpendRejected,
-    TxLocked,
-    UtxoError,
-    UtxoSpent,
-)
+from stores.utxo.errors import Outpoint, ProcessingError, SpendRejected, UtxoError
 from stores.utxo.kernel import verdicts
 from stores.utxo.kernel.spend import NO_IGNORE, Ignore, expected_hash
 from stores.utxo.records import Spend, SpendInfo, SpendStatus
@@ -49,19 +40,6 @@ REDONE = ("UTXO_HASH_MISMATCH", "UTXO_NOT_FROZEN")  # what a reassign done alrea
 def mine(txid: bytes, vin: int) -> bytes:
     """The spending data input `vin` of `txid` writes."""
     return txid + vin.to_bytes(4, "little")
-
-
-def unaccepted(res: list[Spend] | UtxoError, txid: bytes, records: Collection[bytes]) -> bool:
-    """Whether a spend's refusal shows its transaction was never accepted and never will be:
-    an input spent by another transaction (a double spend), no record of its own, and neither
-    a parent listing it among its deleted children (INVALID_SPEND: a tx pruned after it was
-    mined has no record either, and its spends are for good) nor a parent locked a moment (a
-    delivery of it running beside this one may have spent everything and be about to make its
-    record: only another spender holding one of its outputs rules that out)."""
-    if not isinstance(res, SpendRejected) or txid in records:
-        return False
-    kinds = {type(e) for _vin, e in res.errors}
-    return UtxoSpent in kinds and not any(issubclass(k, (InvalidSpend, TxLocked)) for k in kinds)
 
 
 def verdict(
@@ -165,7 +143,7 @@ class Rules:
         dah_height: int,
         ignore: Ignore = NO_IGNORE,
         skip_missing: Collection[bytes] = (),
-        own: Callable[[list[bytes]], Mapping[bytes, bool]] | None = None,
+        vouch: Callable[[list[bytes]], Collection[bytes]] | None = None,
     ) -> list[list[Spend] | UtxoError]:
         """`spend_tx` of each of `txs` in turn (a coinbase spends nothing), as the kernel orders
         them. The transactions that share no outpoint with another of the call go in one batch
@@ -173,15 +151,9 @@ class Rules:
         each other has its new spends taken back and goes again alone, for its exact errors.
         Those that share an outpoint go one at a time, in order, after: the first one wins, and
         a refused one frees what it took for the later ones. `skip_missing`: the txids whose
-        inputs with a missing parent are left out.
-
-        `own`, when given, says which of the txids asked have a record of their own, and
-        whether it vouches for its inputs whose parent is gone (`kernel.spend.blesses`). It is
-        asked only for the transactions that go one at a time (when there are such: a parent
-        gone is rare, and a transaction of the batch that met one is among them, its new spends
-        taken back): a vouched one skips its missing parents. A refused one with no record of
-        its own was never accepted, so every spend that still names it is an attempt's that
-        died between its calls (the crash window of the module's invariants): `release`."""
+        inputs with a missing parent are left out; and, when given, those `vouch` names among
+        the ones that go alone (asked only when there are such: a parent gone is rare, and a
+        transaction of the batch that met one is among them, its new spends taken back)."""
         out: list[list[Spend] | UtxoError] = [[] for _ in txs]
         seen: dict[Outpoint, int] = {}
         shared: set[int] = set()
@@ -195,27 +167,11 @@ class Rules:
         alone = [k for k, tx in enumerate(txs) if not tx.is_coinbase and k not in shared]
         again = self._batch(txs, alone, out, height, dah_height, ignore, skip_missing)
         later = sorted({*again, *shared})
-        records: Mapping[bytes, bool] = own([txs[k].txid for k in later]) if later and own else {}
-        skip = {*skip_missing, *(t for t, vouches in records.items() if vouches)}
+        if later and vouch is not None:
+            skip_missing = {*skip_missing, *vouch([txs[k].txid for k in later])}
         for k in later:
-            out[k] = self.spend_tx(txs[k], height, dah_height, ignore, txs[k].txid in skip)
-        if own is not None:
-            self.release([txs[k] for k in later if unaccepted(out[k], txs[k].txid, records)], dah_height)
+            out[k] = self.spend_tx(txs[k], height, dah_height, ignore, txs[k].txid in skip_missing)
         return out
-
-    def release(self, txs: Sequence[Tx], dah_height: int) -> None:
-        """Take back every spend that still names one of `txs` (each refused, with no record of
-        its own): `take_back` reverts only a slot holding that spender's data, and settles the
-        record's delete-at-height by the rule (it cannot know the height before)."""
-        calls: list[tuple[Key, str, list[Any]]] = []
-        for tx in txs:
-            for (parent, page), items in self._groups(tx).items():
-                named = [[s, mine(tx.txid, v)] for v, s, _op, _w in items]
-                args = [named, None, -1, dah_height, self.retention, None]  # (-1: no height was)
-                calls.append((self.conn.key(parent, page), "take_back", args))
-        for (key, _f, _a), r in zip(calls, self.conn.apply_many(calls)):
-            if r.get("n"):
-                self._report(key, r, dah_height)
 
     def _batch(
         self,

@@ -45,12 +45,12 @@ class SpendMixin(CreateMixin):
         height = self.height_for(block_height)
         if missing_ok:
             return self.rules.spend_txs(batch, block_height, height, ignore, {t.txid for t in batch})
-        return self.rules.spend_txs(batch, block_height, height, ignore, own=self._own)
+        return self.rules.spend_txs(batch, block_height, height, ignore, vouch=self._vouched)
 
-    def _own(self, txids: list[bytes]) -> dict[bytes, bool]:
-        """Those of `txids` that have a record, each with whether it vouches for their inputs
-        whose parent is gone."""
-        return {t: blesses(rec) for t, rec in self._masters(txids, ["conflicting", "txid"]).items()}
+    def _vouched(self, txids: list[bytes]) -> set[bytes]:
+        """Those of `txids` whose own record vouches for their inputs whose parent is gone."""
+        own = self._masters(txids, ["conflicting", "txid"])
+        return {t for t, rec in own.items() if blesses(rec)}
 
     def unspend(self, spends: Sequence[Spend], lock_parents: bool = False) -> list[UtxoError | None]:
         """Take back each spend of an output whose UTXO hash is the one given, whoever made it;
