@@ -24,11 +24,31 @@ _NAMES = ("libcrypto.so.3", "libcrypto.so.1.1")  # OpenSSL 3 and 1.1 both have E
 Keystreams = Callable[[Iterable[bytes]], list[bytes]]
 
 
+class _Context:
+    """One thread's ChaCha20 context and buffers; the context is freed with it (at the thread's
+    end, its `threading.local` goes)."""
+
+    def __init__(self, lib: ctypes.CDLL, cipher: int) -> None:
+        self._free = lib.EVP_CIPHER_CTX_free
+        self.ctx = lib.EVP_CIPHER_CTX_new()
+        if not self.ctx or lib.EVP_EncryptInit_ex(self.ctx, cipher, None, None, None) != 1:
+            raise OSError("libcrypto: cannot make a ChaCha20 context")
+        self.key = ctypes.create_string_buffer(32)
+        self.out = ctypes.create_string_buffer(_SIZE)
+        self.n = ctypes.c_int()
+
+    def __del__(self) -> None:
+        if self.ctx:
+            self._free(self.ctx)
+
+
 class _Lib:
     def __init__(self, lib: ctypes.CDLL) -> None:
         p = ctypes.c_void_p
         lib.EVP_CIPHER_CTX_new.restype = p
         lib.EVP_CIPHER_CTX_new.argtypes = []
+        lib.EVP_CIPHER_CTX_free.restype = None
+        lib.EVP_CIPHER_CTX_free.argtypes = [p]
         lib.EVP_chacha20.restype = p
         lib.EVP_chacha20.argtypes = []
         lib.EVP_EncryptInit_ex.restype = ctypes.c_int
@@ -41,28 +61,24 @@ class _Lib:
         self.cipher = lib.EVP_chacha20()
         self.local = threading.local()
 
-    def _state(self) -> tuple[int, ctypes.Array[ctypes.c_char], ctypes.Array[ctypes.c_char], ctypes.c_int]:
-        st = getattr(self.local, "st", None)
-        if st is None:
-            ctx = self.lib.EVP_CIPHER_CTX_new()
-            if not ctx or self.lib.EVP_EncryptInit_ex(ctx, self.cipher, None, None, None) != 1:
-                raise OSError("libcrypto: cannot make a ChaCha20 context")
-            n = ctypes.c_int()
-            st = self.local.st = (ctx, ctypes.create_string_buffer(32), ctypes.create_string_buffer(_SIZE), n)
-        return st
+    def _context(self) -> _Context:
+        c: _Context | None = getattr(self.local, "c", None)
+        if c is None:
+            c = self.local.c = _Context(self.lib, self.cipher)
+        return c
 
     def keystreams(self, datas: Iterable[bytes]) -> list[bytes]:
         """ChaCha20(SHA-256(d)) keystream, 384 bytes, for each of `datas`."""
-        ctx, key, out, n = self._state()
+        c = self._context()
+        ctx, key, out, n = c.ctx, c.key, c.out, c.n
         sha, init, update = self.lib.SHA256, self.lib.EVP_EncryptInit_ex, self.lib.EVP_EncryptUpdate
         nref, nonce, zeros = ctypes.byref(n), _NONCE, _ZEROS
         res: list[bytes] = []
         for d in datas:
-            # The return codes are not checked per coin (that is the cost we came to save): a
-            # context that once worked re-keys without failing, and `load` checked one.
-            sha(d, len(d), key)
-            init(ctx, None, None, key, nonce)
-            update(ctx, out, nref, zeros, _SIZE)
+            # every step checked: a failed one would leave the last coin's keystream in `out`
+            if (sha(d, len(d), key) is None or init(ctx, None, None, key, nonce) != 1
+                    or update(ctx, out, nref, zeros, _SIZE) != 1 or n.value != _SIZE):  # fmt: skip
+                raise OSError("libcrypto: ChaCha20 keystream failed")
             res.append(out.raw)
         return res
 
@@ -74,7 +90,7 @@ def load(reference: Callable[[bytes], bytes]) -> Keystreams | None:
         return None
     for name in _NAMES:
         try:
-            lib = _Lib(ctypes.CDLL(name))
+            lib = _Lib(ctypes.PyDLL(name))  # (PyDLL: the GIL stays held for calls of a µs)
             probe = [b"", b"utxoflow", bytes(range(256)) * 3]
             if lib.keystreams(probe) == [reference(d) for d in probe]:
                 return lib.keystreams

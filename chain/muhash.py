@@ -74,8 +74,12 @@ def elements(datas: Iterable[bytes]) -> list[int]:
     """`element` of each of `datas` (its fast form, inlined: this runs on every coin of every
     block). The numbers are GMP's where gmpy2 is installed (`_product` multiplies them)."""
     if _fast_keystreams is not None:
-        fb = _num.from_bytes
-        return [fb(s, "little") for s in _fast_keystreams(datas)]
+        datas = datas if isinstance(datas, list) else list(datas)
+        try:
+            fb = _num.from_bytes
+            return [fb(s, "little") for s in _fast_keystreams(datas)]
+        except OSError:  # libcrypto failed a step (never seen): the plain form below answers
+            pass
     fb, cipher, chacha, h, nonce, zeros = _num.from_bytes, Cipher, algorithms.ChaCha20, sha256, _NONCE, _ZEROS
     return [fb(cipher(chacha(h(d).digest(), nonce), None).encryptor().update(zeros), "little") for d in datas]
 

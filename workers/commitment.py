@@ -89,8 +89,9 @@ class RecentCoins:
         young, old = self._young.pop, self._old.pop
         for op in ops:
             c = young(op, None)
+            o = old(op, None)  # (an outpoint added again may be in both: the young copy is newer)
             if c is None:
-                c = old(op, None)
+                c = o
                 if c is None:
                     missing.append(op)
                     continue

@@ -200,7 +200,10 @@ class Sequencer:
                 if not mine:
                     # The holder's progress, for this worker's parsed blocks: those it applied
                     # go first, not the ones this worker will be asked to apply if it takes over.
-                    tip = self.state.tip()
+                    try:
+                        tip = self.state.tip()
+                    except StorageError:  # only a hint: the block is left to the holder all the same
+                        tip = None
                     if tip is not None and tip.height is not None:
                         self.blocks.passed(tip.height + 1)
                     raise ChainBusy()

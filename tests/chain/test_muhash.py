@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import random
 import struct
 import sys
@@ -289,3 +290,23 @@ def test_threads_each_hash_with_their_own_context() -> None:
     for t in threads:
         t.join()
     assert [got[k] for k in range(4)] == [[element(d) for d in w] for w in work]
+
+
+def test_a_forked_child_hashes_as_its_parent() -> None:
+    # Celery's prefork children inherit the parent's libcrypto context and buffers.
+    datas = [bytes([k]) * k for k in range(40)]
+    want = [element(d) for d in datas]
+    assert [int(e) for e in elements(datas)] == want  # the parent's context exists now
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            ok = [int(e) for e in elements(datas)] == want
+            os.write(w, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 1)
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert got == b"1"
