@@ -15,7 +15,9 @@ Invariants:
   existed before it (mempool transactions) keep what they had.
 - A spend that meets an output already spent by a transaction *not* mined on this chain wins
   (`workers.conflicts`); spent by a transaction mined on this chain (or by another transaction
-  of the same block) the block is refused.
+  of the same block) the block is refused. A spender with no record is the chain's only when
+  the output's parent lists it as pruned; otherwise it is a mempool transaction between its
+  spend and its record, and the block waits for that record (a retry) rather than be refused.
 - An input whose parent record is gone fails a transaction this block creates ("spends a
   missing output", unless missing inputs are allowed); one of a transaction the store held
   already spent it long ago (the store leaves such an input out of its spends).
@@ -310,13 +312,14 @@ class BlockApplier(Conflicts):
             if tx.txid not in again:
                 continue
             ops = [(i.prev_txid, i.prev_vout) for i in tx.inputs] if not tx.is_coinbase else []
-            rivals = sorted({
-                o.spending_txid for o in self.utxo.get_outputs(ops).values()
+            held = {  # each rival, and the parent of an output it holds
+                o.spending_txid: o.txid for o in self.utxo.get_outputs(ops).values()
                 if o.spending_txid is not None and o.spending_txid != tx.txid
-            })
+            }
+            rivals = sorted(held)
             for r in rivals:
                 detail = f"its inputs are spent by {hash_to_hex(r)}"
-                self._refuse_if_ours(f"tx {tx.txid_hex}", r, in_block, detail)
+                self._refuse_if_ours(f"tx {tx.txid_hex}", r, held[r], in_block, detail)
             self.make_conflicting(rivals)
             if self._undo is not None:
                 self._undo.setdefault("reclaimed", []).append(tx.txid.hex())
@@ -411,7 +414,8 @@ class BlockApplier(Conflicts):
             where = f"tx {tx.txid_hex} input {vin}"
             if isinstance(e, UtxoSpent):
                 spender = e.spending_txid
-                self._refuse_if_ours(where, spender, in_block, str(e))
+                parent = e.outpoint[0] if e.outpoint is not None else tx.inputs[vin].prev_txid
+                self._refuse_if_ours(where, spender, parent, in_block, str(e))
                 if conflicts:
                     self.make_conflicting([spender])
                 else:
@@ -429,18 +433,31 @@ class BlockApplier(Conflicts):
                 raise BlockRefused(f"{where}: {e}")
         return verdict
 
-    def _refuse_if_ours(self, where: str, spender: bytes, in_block: set[bytes], detail: str) -> None:
-        """An output the block spends is spent by `spender`: a refusal when that is a tx of the
-        block (a double spend within it) or one mined on this chain; a spender that is neither
-        is the one made conflicting (a spend, or a reclaim)."""
+    def _refuse_if_ours(
+        self, where: str, spender: bytes, parent: bytes, in_block: set[bytes], detail: str
+    ) -> None:
+        """An output of `parent` the block spends is spent by `spender`: a refusal when that is
+        a tx of the block (a double spend within it) or one mined on this chain; a spender
+        that is neither is the one made conflicting (a spend, or a reclaim)."""
         if spender in in_block:
             raise BlockRefused(f"{where}: double spend within the block ({detail})")
-        if self._mined(spender):
+        if self._mined(spender, parent):
             raise BlockRefused(f"{where}: spends an output already spent on this chain ({detail})")
 
-    def _mined(self, txid: bytes) -> bool:
-        """Mined on this chain, or pruned (only records mined on the chain ever are)."""
-        return bool(self.utxo.mined([txid])) or not self.utxo.existing([txid])
+    def _mined(self, txid: bytes, parent: bytes) -> bool:
+        """Mined on this chain, or pruned after it was: only records mined on the chain are
+        pruned, and the pruner lists each on its parents' deleted children. A spender with no
+        record that `parent` does not list is a mempool transaction between its spend and its
+        record (or whose worker died there): not the chain's, and never a reason to refuse a
+        block for good (it is made conflicting once its record is there)."""
+        if self.utxo.mined([txid]):
+            return True
+        if self.utxo.existing([txid]):
+            return False
+        try:
+            return txid in self.utxo.get(parent, ["deleted_children"]).deleted_children
+        except TxNotFound:  # the parent went meanwhile: the block's next try will say
+            return False
 
     # -- take back -----------------------------------------------------------------------------
     def rollback(self, block: Block, undo: dict[str, Any]) -> None:
