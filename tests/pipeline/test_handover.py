@@ -216,6 +216,16 @@ def test_wait_returns_soon_after_the_last_id_goes(tmp_path: Path) -> None:
         other_state.close()
 
 
+def index_while_held(holder: Sequencer, b: Sequencer, raws: list[bytes]) -> None:
+    """`b`'s block tasks for `raws` while `holder` holds the chain: each indexed and left."""
+    with holder.lease() as mine:
+        assert mine
+        for raw in raws:
+            b.accept(b.store_block(raw))
+            with pytest.raises(ChainBusy):
+                b.advance()
+
+
 def test_a_worker_that_finds_the_chain_held_lets_the_applied_blocks_go_first(
     seq: Sequencer, urls: tuple[str, str]
 ) -> None:
@@ -227,22 +237,10 @@ def test_a_worker_that_finds_the_chain_held_lets_the_applied_blocks_go_first(
     b = other(seq, urls)
     b.blocks.kept_blocks = 4
     try:
-
-        def index_while_held(raws: list[bytes]) -> None:
-            with seq.lease() as mine:
-                assert mine
-                for raw in raws:
-                    b.accept(b.store_block(raw))
-                    try:
-                        b.advance()
-                        raise AssertionError("the chain was held: the block is left to its holder")
-                    except ChainBusy:
-                        pass
-
-        index_while_held(c.blocks[:4])
+        index_while_held(seq, b, c.blocks[:4])
         tip = seq.advance()  # the holder applies what b indexed
         assert tip is not None and tip.height == 4
-        index_while_held(c.blocks[4:])
+        index_while_held(seq, b, c.blocks[4:])
         assert b.blocks.parses == 8
         tip = b.advance()  # b takes the chain over: what it kept is what it needs
         assert tip is not None and tip.height == 8 and b.state.counts() == {"applied": 8}
@@ -265,15 +263,7 @@ def test_a_burst_indexed_ahead_keeps_its_highest_blocks_for_the_take_over(
     b = other(seq, urls)
     b.blocks.kept_blocks = 4
     try:
-        with seq.lease() as mine:
-            assert mine
-            for raw in c.blocks:
-                b.accept(b.store_block(raw))
-                try:
-                    b.advance()
-                    raise AssertionError("the chain was held: the block is left to its holder")
-                except ChainBusy:
-                    pass
+        index_while_held(seq, b, c.blocks)
         assert b.blocks.parses == 8
         for _ in range(5):  # the holder gets on, a block per budget, then hands the chain on
             with pytest.raises(Unfinished):
