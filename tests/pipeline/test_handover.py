@@ -216,6 +216,16 @@ def test_wait_returns_soon_after_the_last_id_goes(tmp_path: Path) -> None:
         other_state.close()
 
 
+def burst(seq: Sequencer, urls: tuple[str, str]) -> tuple[Chain, Sequencer]:
+    """Eight blocks, and a second worker that keeps four parsed."""
+    c = Chain()
+    for _ in range(8):
+        c.add()
+    b = other(seq, urls)
+    b.blocks.kept_blocks = 4
+    return c, b
+
+
 def index_while_held(holder: Sequencer, b: Sequencer, raws: list[bytes]) -> None:
     """`b`'s block tasks for `raws` while `holder` holds the chain: each indexed and left."""
     with holder.lease() as mine:
@@ -231,11 +241,7 @@ def test_a_worker_that_finds_the_chain_held_lets_the_applied_blocks_go_first(
 ) -> None:
     """A worker indexing a burst while another applies learns the holder's tip, so that past
     its budget the blocks already applied go, not the ones it will apply if it takes over."""
-    c = Chain()
-    for _ in range(8):
-        c.add()
-    b = other(seq, urls)
-    b.blocks.kept_blocks = 4
+    c, b = burst(seq, urls)
     try:
         index_while_held(seq, b, c.blocks[:4])
         tip = seq.advance()  # the holder applies what b indexed
@@ -257,11 +263,7 @@ def test_a_burst_indexed_ahead_keeps_its_highest_blocks_for_the_take_over(
     applied nothing yet): it keeps the highest blocks, since the holder applies the lowest
     before this worker can take over. Taking over after the holder's first five, it parses
     none twice (keeping the lowest, it would parse the sixth and seventh again)."""
-    c = Chain()
-    for _ in range(8):
-        c.add()
-    b = other(seq, urls)
-    b.blocks.kept_blocks = 4
+    c, b = burst(seq, urls)
     try:
         index_while_held(seq, b, c.blocks)
         assert b.blocks.parses == 8
