@@ -103,17 +103,15 @@ class AerospikeBase:
         """Write each record unless its key exists: per item, whether it was written."""
         import aerospike
         from aerospike_helpers.batch import records as br
+        from aerospike_helpers.operations import operations as op
 
         policy: dict[str, Any] = {"exists": aerospike.POLICY_EXISTS_CREATE}
         if ttl is not None:
             policy["ttl"] = ttl
-        w = aerospike.OPERATOR_WRITE
 
         def make(i: int) -> Any:
             key, bins = items[i]
-            # the dicts aerospike_helpers' `operations.write` makes, made here: a call per bin
-            # of every record was 6% of a block's create
-            return br.Write(key, [{"op": w, "bin": k, "val": v} for k, v in bins.items()], policy=policy)
+            return br.Write(key, [op.write(name, value) for name, value in bins.items()], policy=policy)
 
         # no retry by the client: a retried create-only write that had gone through would come
         # back "exists" and be taken for someone else's record (a busy key never ran: `batch`)
