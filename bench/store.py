@@ -2,8 +2,11 @@
 
     python -m bench.store [--backend sqlite|postgresql|aerospike] [--txs N] [--batch B]
 
-Each batch is applied as a block would be: create its txs, spend their inputs (outputs of the
-previous batch), mark them mined. In the same run and the same database, the same rows (the
+Each batch goes through the store's three calls in turn: create its txs (unmined), spend their
+inputs (outputs of the previous batch), mark them mined — the path of transactions that reach
+the store before their block. (Block application itself now creates a block's new
+transactions already mined and marks mined only those the store held before: two calls, not
+three; `bench.pipeline` times that path.) In the same run and the same database, the same rows (the
 final `txs` rows) are written again as plain `executemany` inserts into a twin table with the
 same indexes: that is the local limit, and `ratio` shows how close the store comes to it. On
 Aerospike (AEROSPIKE_HOSTS, namespace AEROSPIKE_NAMESPACE or `test`) the limit is plain batch
@@ -264,7 +267,7 @@ def run(store: UtxoStore, funding: list[Tx], batches: list[list[Tx]]) -> tuple[d
 
 
 def apply_batch(store: UtxoStore, txs: list[Tx], height: int, t: dict[str, float]) -> None:
-    """One batch as block application asks it: create, spend, mine, each phase timed."""
+    """One batch through the store's three calls: create, spend, mine, each phase timed."""
     t0 = time.perf_counter()
     created = store.create_many(txs, height, meta=False)
     t1 = time.perf_counter()
