@@ -16,7 +16,7 @@ Invariants:
 whole block: one running product for the created coins, one for the spent, a single inverse
 (`update_elements` the same from elements kept; `elements` is `element`'s fast form: through
 libcrypto with one re-keyed context where `chain.libcrypto` loads and agrees with `_keystream`,
-else inlined). A test holds them to `insert`/`remove` and `element`.
+else `_keystream`'s). A test holds them to `insert`/`remove` and `element`.
 """
 
 from __future__ import annotations
@@ -71,17 +71,17 @@ def coin_bytes(txid: bytes, vout: int, height: int, coinbase: bool, satoshis: in
 
 
 def elements(datas: Iterable[bytes]) -> list[int]:
-    """`element` of each of `datas` (its fast form, inlined: this runs on every coin of every
-    block). The numbers are GMP's where gmpy2 is installed (`_product` multiplies them)."""
+    """`element` of each of `datas` (its fast form: this runs on every coin of every block),
+    through libcrypto where it loaded, else `_keystream`'s. The numbers are GMP's where gmpy2
+    is installed (`_product` multiplies them)."""
+    fb = _num.from_bytes
     if _fast_keystreams is not None:
         datas = datas if isinstance(datas, list) else list(datas)
         try:
-            fb = _num.from_bytes
             return [fb(s, "little") for s in _fast_keystreams(datas)]
         except OSError:  # libcrypto failed a step (never seen): the plain form below answers
             pass
-    fb, cipher, chacha, h, nonce, zeros = _num.from_bytes, Cipher, algorithms.ChaCha20, sha256, _NONCE, _ZEROS
-    return [fb(cipher(chacha(h(d).digest(), nonce), None).encryptor().update(zeros), "little") for d in datas]
+    return [fb(_keystream(d), "little") for d in datas]
 
 
 def _product(nums: Iterable[int]) -> int:

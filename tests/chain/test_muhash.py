@@ -260,7 +260,7 @@ def test_the_fast_form_is_used_where_libcrypto_is() -> None:
 
 @settings(max_examples=20, deadline=None)
 @given(datas=_datas)
-def test_the_inlined_form_without_libcrypto(datas: list[bytes]) -> None:
+def test_the_plain_form_without_libcrypto(datas: list[bytes]) -> None:
     fast = muhash._fast_keystreams
     muhash._fast_keystreams = None
     try:
