@@ -421,3 +421,22 @@ def test_half_done_creations_are_found_and_only_those(paged: UtxoStore, tmp_path
         short.close()
     paged.release_creation_lock(live.lock)
     assert under_way.txid in paged.half_done_creations()  # its lock gone, the master still creating
+
+
+def test_set_mined_of_a_creation_it_cannot_finish_still_records_the_block(paged: UtxoStore) -> None:
+    """Its blob gone, a half-made creation cannot be finished: set-mined says why in the log, still
+    records the block on the master (which stays creating: nothing of it can be spent), and mines
+    the rest of the batch. On Aerospike the first call leaves a creating master untouched
+    (TX_CREATING) and the second, after the attempt to finish, records the block: the same end."""
+    tx = big_tx(paged)
+    other = funding(2)
+    created(paged, other, height=100)
+    half_created(paged, tx, [1])
+    paged.external.delete(tx.txid)  # type: ignore[attr-defined]
+    assert paged.set_mined_multi([tx.txid, other.txid], 3, 100) == [[3], [3]]
+    meta = paged.get(tx.txid, ["creating", "block_ids"])  # (not the transaction: its blob is gone)
+    assert (meta.creating, meta.block_ids) == (True, [3])
+    assert paged.get(other.txid).block_ids == [3]
+    with pytest.raises(SpendRejected) as e:
+        paged.spend(child((tx, 0)), 101)
+    assert isinstance(e.value.first, TxCreating)

@@ -369,7 +369,7 @@ class Rules:
         res = self.conn.apply(
             self.conn.key(txid),
             "set_mined",
-            [block[0], block[1], block[2], int(on_longest), int(unset), height, self.retention],
+            [block[0], block[1], block[2], int(on_longest), int(unset), height, self.retention, 1],
         )
         return None if "code" in res else list(res["blocks"])
 

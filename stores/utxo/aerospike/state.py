@@ -3,8 +3,11 @@ preservation — each a kernel rule (`kernel.state`) run by the Lua module on ea
 same call on a batch of records at once.
 
 Invariants:
-- Set-mined finishes any creation left half done among its records first (it is a recovery
-  path of two-phase creation) and never clears `creating` by itself.
+- Set-mined finishes any creation left half done among its records before it records the block
+  there (it is a recovery path of two-phase creation) and never clears `creating` by itself: the
+  module answers TX_CREATING for a master still creating and leaves it as it is, the creation
+  is finished, and the master is asked again. No record is read first: a block's records are
+  nearly always whole, and a read of each cost about a tenth of set-mined.
 - Child pages mirror their master's locked and conflicting flags: every change of those on a
   master is made on its pages too (set-mined's unlock included), masters first.
 - Set-locked and set-conflicting change nothing when a txid is not stored (TxNotFound); a
@@ -43,8 +46,6 @@ class StateMixin(SpendMixin):
         validate.txids(txids)
         height = self.height_for(block_height)
         wanted = list(dict.fromkeys(txids))
-        if not unset:
-            self._finish_creations(wanted, block_height)
         args = [
             block_id,
             block_height,
@@ -54,33 +55,38 @@ class StateMixin(SpendMixin):
             height,
             self.retention,
         ]
-        results = self._apply_all([self.key(t) for t in wanted], "set_mined", args)
+        # a master still creating answers TX_CREATING unchanged (no record is read first): its
+        # creation is finished, then it is asked again, this time whatever it holds
+        keys = [self.key(t) for t in wanted]
+        found = dict(zip(wanted, self._apply_all(keys, "set_mined", [*args, int(unset)])))
+        if not unset:
+            todo = self._half_created({t: r.get("code") for t, r in found.items() if "blocks" not in r})
+            for t in todo:
+                try:
+                    self.complete_creation(t, block_height)
+                except StoreError as e:  # this one stays as it is (creating, or not found); the rest go on
+                    log.warning("set-mined could not finish the creation of tx %s: %s", hash_to_hex(t), e)
+            if todo:
+                found.update(zip(todo, self._apply_all([self.key(t) for t in todo], "set_mined", [*args, 1])))
         # a multi-record tx's pages are unlocked too, every time (a call that died between the
         # master and its pages left them locked; the next delivery must not skip them)
-        paged = [t for t, r in zip(wanted, results) if isinstance(r, dict) and r.get("extra")]
+        paged = [t for t, r in found.items() if r.get("extra")]
         if paged:
             self._mirror(paged, "locked", 0, height)
-        after = {
-            t: list(r["blocks"]) for t, r in zip(wanted, results) if isinstance(r, dict) and "blocks" in r
-        }
-        return [
-            after[t] if t in after else TxNotFound(f"tx {hash_to_hex(t)} not found", txid=t) for t in txids
-        ]
+        missing = {t: TxNotFound(f"tx {hash_to_hex(t)} not found", txid=t) for t, r in found.items()
+                   if "blocks" not in r}  # fmt: skip
+        return [missing[t] if t in missing else list(found[t]["blocks"]) for t in txids]
 
-    def _finish_creations(self, txids: Sequence[bytes], block_height: int) -> None:
-        """Finish every listed transaction whose creation was left half done — a master still
-        `creating`, or no record but the lock record and blob of a creator that died."""
-        found = self._read_bins([self.key(t) for t in txids], ["creating"])
-        todo = [t for t, b in zip(txids, found) if b is not None and b.get("creating") == 1]
-        unknown = [t for t, b in zip(txids, found) if b is None]
+    def _half_created(self, refused: dict[bytes, str]) -> list[bytes]:
+        """Of the txids set-mined refused (with their codes), those whose creation was left half
+        done: a master still `creating`, or no record but the lock record of a creator that died
+        (whose blob holds the transaction)."""
+        todo = [t for t, code in refused.items() if code == "TX_CREATING"]
+        unknown = [t for t, code in refused.items() if code == "TX_NOT_FOUND"]
         if unknown and self.external.configured:
             locks = self._read_bins([self.lock_key(t) for t in unknown], ["expiresAt"])
             todo += [t for t, b in zip(unknown, locks) if b is not None]
-        for t in todo:
-            try:
-                self.complete_creation(t, block_height)
-            except StoreError as e:  # this one stays as it is (creating, or not found); the rest go on
-                log.warning("set-mined could not finish the creation of tx %s: %s", hash_to_hex(t), e)
+        return todo
 
     def _mirror(self, txids: Sequence[bytes], what: str, value: int, height: int) -> None:
         """A mirrored flag's change on the child pages of these masters."""

@@ -555,9 +555,15 @@ local function block_ids(rec)
 end
 
 -- kernel.state.set_mined / unset_mined: the record's block ids after the change
-function set_mined(rec, block_id, block_height, subtree, on_longest, unset, height, retention)
+-- (`creating_ok` 0: a master still creating is left as it is and answers TX_CREATING, so that
+-- its caller finishes the creation first and asks again: block info never lands on a record
+-- whose creation may yet be rebuilt)
+function set_mined(rec, block_id, block_height, subtree, on_longest, unset, height, retention, creating_ok)
     if not aerospike:exists(rec) then
         return err("TX_NOT_FOUND")
+    end
+    if creating_ok == 0 and flag(rec, "creating") then
+        return err("TX_CREATING")
     end
     local ids = rec["blockIDs"] or list()
     local hs = rec["blockHeights"] or list()
