@@ -215,3 +215,55 @@ def test_a_replay_of_a_pruned_transaction_takes_nothing_back(store: Any, locked:
         store.set_locked([p1.txid], False)  # (a locked record's outputs read as LOCKED)
     assert (spender(store, p1, 0), spender(store, p2, 0)) == (tx.txid, tx.txid)
     assert (store.get(p1.txid).spent_utxos, store.get(p2.txid).spent_utxos) == (1, 1)
+
+
+CHILD = """
+import sys
+from chain import parse_tx
+from stores.utxo import open_utxo_store
+from workers.mempool import apply_tx
+store = open_utxo_store(sys.argv[1], retention=288, batch_size=4, blob_url=sys.argv[2])
+store.set_block_height(int(sys.argv[3]))
+print(apply_tx(store, parse_tx(bytes.fromhex(sys.argv[4]))), flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_delivery_killed_before_its_take_back_is_cleared_by_the_next(
+    store: Any, url: str, tmp_path: Path
+) -> None:
+    """A real process delivers the transaction: its first parent spends, the second refuses (a
+    rival holds it), and the process is SIGKILLed before it takes the first back. Its lease
+    stays, held by a dead process; the next delivery takes it over at once, is refused as well,
+    and frees the first parent's output."""
+    import os
+    import signal
+    import sys
+
+    from stores.utxo.twophase import PARK_ENV, PARK_FILE_ENV
+
+    p1, p2, tx, rival = double_spent(store)
+    parked = tmp_path / "parked"
+    env = {**os.environ, PARK_ENV: "spend_before_take_back", PARK_FILE_ENV: str(parked),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, url, f"file://{tmp_path}/blobs", str(HEIGHT), tx.raw.hex()], env=env
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not parked.exists():
+            assert proc.poll() is None, "the delivering process ended before it parked"
+            assert time.monotonic() < deadline, "the delivering process never parked"
+            time.sleep(0.05)
+        assert spender(store, p1, 0) == tx.txid  # spent, not yet taken back
+        held = lease(store, tx)
+        assert held is not None and held["holder"].split(":")[1] == str(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert spender(store, p1, 0) == tx.txid  # what the dead process left
+    refused = apply_tx(store, tx)  # the next delivery (a redelivery, or the recovery manager's)
+    assert isinstance(refused, SpendRejected)
+    assert spender(store, p1, 0) is None and store.get(p1.txid).spent_utxos == 0
+    assert spender(store, p2, 0) == rival.txid
+    assert lease(store, tx) is None
