@@ -17,11 +17,24 @@ from psycopg import errors as pgerr
 
 from stores.utxo.sql.create import Copy
 from stores.utxo.sql.schema import ddl
+from stores.utxo.sql.scripts import Entry
 from stores.utxo.sql.store import SqlUtxoStore
 
 _SCHEMA_LOCK = 0x5554584F  # "UTXO": advisory lock id for DDL
 COPY_FROM = 32  # rows from which new records are copied rather than inserted
 TXID_KEY = "txs_txid_key"  # PostgreSQL's name for the UNIQUE constraint on txs.txid
+_ENTRIES = "unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS e(sh, rid, vout)"
+_INSERT_ENTRIES = (
+    f"INSERT INTO script_utxos (sh, rid, vout) SELECT sh, rid, vout FROM {_ENTRIES} ON CONFLICT DO NOTHING"
+)
+_DELETE_ENTRIES = (
+    f"DELETE FROM script_utxos s USING {_ENTRIES} WHERE s.sh = e.sh AND s.rid = e.rid AND s.vout = e.vout"
+)
+
+
+def _columns(rows: list[Entry]) -> tuple[list[int], list[int], list[int]]:
+    sh, rid, vout = zip(*rows)
+    return list(sh), list(rid), list(vout)
 
 
 class PostgresUtxoStore(SqlUtxoStore):
@@ -54,6 +67,14 @@ class PostgresUtxoStore(SqlUtxoStore):
                 raise
             return -1
         return len(rows)
+
+    def _insert_entries(self, cur: Any, rows: list[Entry]) -> None:
+        """Script index entries in one statement: a block's thousands as one executor run, not
+        thousands of statements (in key order, the order concurrent units lock them in)."""
+        cur.execute(_INSERT_ENTRIES, _columns(sorted(rows)))
+
+    def _delete_entries(self, cur: Any, rows: list[Entry]) -> None:
+        cur.execute(_DELETE_ENTRIES, _columns(sorted(rows)))
 
     def _reserve_ids(self, cur: Any, n: int) -> list[int]:
         cur.execute("SELECT nextval('txs_id_seq') FROM generate_series(1, %s)", (n,))

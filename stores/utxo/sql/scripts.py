@@ -108,7 +108,13 @@ class ScriptIndexMixin(SqlBase):
 
     def _index_rows(self, cur: Any, rows: list[Entry]) -> None:
         if rows:
-            cur.executemany(self.db.q(_INSERT), rows)
+            self._insert_entries(cur, rows)
+
+    def _insert_entries(self, cur: Any, rows: list[Entry]) -> None:
+        cur.executemany(self.db.q(_INSERT), rows)
+
+    def _delete_entries(self, cur: Any, rows: list[Entry]) -> None:
+        cur.executemany(self.db.q(_DELETE), rows)
 
     def _catch_up(self, cur: Any) -> None:
         """Move the mark on by half the lag once more than `index_lag` records are past it, the
@@ -182,7 +188,7 @@ class ScriptIndexMixin(SqlBase):
         """Spends made (or made again): their outputs' entries go."""
         rows = self._entries(parents, spent, self._indexed_to(cur))
         if rows:
-            cur.executemany(self.db.q(_DELETE), rows)
+            self._delete_entries(cur, rows)
 
     def _index_unspent(self, cur: Any, parents: dict[bytes, Record], freed: Sequence[Spend]) -> None:
         """Spends taken back: their outputs' entries come back."""
@@ -210,4 +216,4 @@ class ScriptIndexMixin(SqlBase):
             for page_rows in self._page_entries(cur, rec):
                 rows += page_rows
         if rows:
-            cur.executemany(self.db.q(_DELETE), rows)
+            self._delete_entries(cur, rows)
