@@ -23,7 +23,7 @@ from stores.utxo.sql.store import SqlUtxoStore
 _SCHEMA_LOCK = 0x5554584F  # "UTXO": advisory lock id for DDL
 COPY_FROM = 32  # rows from which new records are copied rather than inserted
 TXID_KEY = "txs_txid_key"  # PostgreSQL's name for the UNIQUE constraint on txs.txid
-_ENTRIES = "unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS e(sh, rid, vout)"
+_ENTRIES = "unnest(%b::bigint[], %b::bigint[], %b::bigint[]) AS e(sh, rid, vout)"  # (binary: cheaper)
 _INSERT_ENTRIES = (
     f"INSERT INTO script_utxos (sh, rid, vout) SELECT sh, rid, vout FROM {_ENTRIES} ON CONFLICT DO NOTHING"
 )
