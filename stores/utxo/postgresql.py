@@ -11,12 +11,16 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
+import re
+from collections.abc import Callable
 from typing import Any
 
 from psycopg import errors as pgerr
 
+from stores.utxo.sql import codec
 from stores.utxo.sql.create import Copy
-from stores.utxo.sql.schema import ddl
+from stores.utxo.sql.schema import PAGES, TXS, ddl
 from stores.utxo.sql.scripts import Entry
 from stores.utxo.sql.store import SqlUtxoStore
 
@@ -30,6 +34,39 @@ _INSERT_ENTRIES = (
 _DELETE_ENTRIES = (
     f"DELETE FROM script_utxos s USING {_ENTRIES} WHERE s.sh = e.sh AND s.rid = e.rid AND s.vout = e.vout"
 )
+
+
+ARRAY_FROM = 8  # rows from which an update goes as one statement over arrays
+
+
+def _pg_types() -> dict[tuple[str, str], str]:
+    """(table, column) -> its PostgreSQL type, read from the DDL."""
+    out: dict[tuple[str, str], str] = {}
+    for table, text in (("txs", TXS.format(blob="BYTEA", bigint="BIGINT", opts="")),
+                        ("tx_pages", PAGES.format(blob="BYTEA"))):  # fmt: skip
+        for line in text.splitlines():
+            m = re.match(r"\s+(\w+) (\w+)", line)
+            if m and m.group(1) != "PRIMARY":
+                out[(table, m.group(1))] = m.group(2)
+    return out
+
+
+_TYPES = _pg_types()
+
+
+@functools.cache
+def _array_update(sql: str) -> str:
+    table, cols, keys = codec.SHAPES[sql]
+    every = (*cols, *keys)
+    arrays = ", ".join(f"%b::{_TYPES[(table, c)]}[]" for c in every)
+    sets = ", ".join(f"{c} = u.{c}" for c in cols)
+    where = " AND ".join(f"t.{k} = u.{k}" for k in keys)
+    return f"UPDATE {table} AS t SET {sets} FROM unnest({arrays}) AS u({', '.join(every)}) WHERE {where}"
+
+
+def _key_of(sql: str) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    n = len(codec.SHAPES[sql][2])
+    return lambda row: row[-n:]
 
 
 def _columns(rows: list[Entry]) -> tuple[list[int], list[int], list[int]]:
@@ -75,6 +112,13 @@ class PostgresUtxoStore(SqlUtxoStore):
 
     def _delete_entries(self, cur: Any, rows: list[Entry]) -> None:
         cur.execute(_DELETE_ENTRIES, _columns(sorted(rows)))
+
+    def _update_rows(self, cur: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        """Many rows' changes as one statement over arrays (a block's spends rewrite thousands
+        of parents), in key order; a few go as they are."""
+        if len(rows) < ARRAY_FROM:
+            return super()._update_rows(cur, sql, rows)
+        cur.execute(_array_update(sql), [list(col) for col in zip(*sorted(rows, key=_key_of(sql)))])
 
     def _reserve_ids(self, cur: Any, n: int) -> list[int]:
         cur.execute("SELECT nextval('txs_id_seq') FROM generate_series(1, %s)", (n,))

@@ -440,3 +440,27 @@ def test_set_mined_of_a_creation_it_cannot_finish_still_records_the_block(paged:
     with pytest.raises(SpendRejected) as e:
         paged.spend(child((tx, 0)), 101)
     assert isinstance(e.value.first, TxCreating)
+
+
+def test_one_call_spends_outputs_on_many_pages_and_of_many_parents(paged: UtxoStore) -> None:
+    """A call that rewrites many records at once (PostgreSQL writes them as one statement over
+    arrays from 8 rows on): 39 outputs on 10 pages of one transaction, then 12 parents."""
+    tx = big_tx(paged, n=40)
+    created(paged, tx)
+    vouts = real_vouts(tx)
+    spender = child(*[(tx, v) for v in vouts])
+    (spent,) = paged.spend_many([spender], 101)
+    assert not isinstance(spent, Exception), spent
+    assert paged.get(tx.txid).spent_utxos == len(vouts) == 39
+    for v in vouts:
+        info = paged.get_spend((tx.txid, v), uhash(tx, v))
+        assert (info.status, info.spending_txid, info.spending_vin) == (
+            SpendStatus.SPENT, spender.txid, vouts.index(v)
+        )
+    parents = [funding(1) for _ in range(12)]
+    created(paged, *parents)
+    kids = [child((p, 0)) for p in parents]
+    assert not [r for r in paged.spend_many(kids, 101) if isinstance(r, Exception)]
+    assert [paged.get(p.txid).spent_utxos for p in parents] == [1] * 12
+    spenders = [paged.get_spend((p.txid, 0), uhash(p, 0)).spending_txid for p in parents]
+    assert spenders == [k.txid for k in kids]

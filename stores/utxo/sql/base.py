@@ -104,7 +104,11 @@ class SqlBase:
         """Write back what the kernel touched in these masters and their loaded pages."""
         recs = [r for rec in records for r in (rec, *rec.pages.values())]
         for sql, rows in codec.updates(recs):
-            cur.executemany(self.db.q(sql), rows)
+            self._update_rows(cur, sql, rows)
+
+    def _update_rows(self, cur: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        """`sql` (one of `codec.updates`' statements) for each of `rows`."""
+        cur.executemany(self.db.q(sql), rows)
 
     def _change(
         self,

@@ -132,6 +132,9 @@ def page_values(rec: Record) -> tuple[Any, ...]:
 
 Update = tuple[str, Callable[[Record], Any], tuple[int, ...]]
 _UPDATES: dict[tuple[frozenset[str], bool], Update] = {}
+# statement -> (table, the columns it sets, the key columns): what a backend needs to write the
+# same rows its own way (PostgreSQL: one statement over arrays)
+SHAPES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {}
 
 
 def _update(names: frozenset[str], master: bool) -> Update:
@@ -145,6 +148,7 @@ def _update(names: frozenset[str], master: bool) -> Update:
     where = "id = ?" if master else "txid = ? AND page = ?"
     sql = f"UPDATE {'txs' if master else 'tx_pages'} SET {sets} WHERE {where}"
     getter = attrgetter(*cols, "id") if master else attrgetter(*cols, "txid", "page")
+    SHAPES[sql] = ("txs" if master else "tx_pages", tuple(cols), ("id",) if master else ("txid", "page"))
     made = _UPDATES[(names, master)] = (sql, getter, tuple(i for i, n in enumerate(cols) if n in _BOOLS))
     return made
 
