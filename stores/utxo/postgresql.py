@@ -64,6 +64,19 @@ def _array_update(sql: str) -> str:
     return f"UPDATE {table} AS t SET {sets} FROM unnest({arrays}) AS u({', '.join(every)}) WHERE {where}"
 
 
+@functools.cache
+def _binary(copy: str) -> str:
+    """A `COPY txs (…) FROM STDIN` in binary form: no text to make of each value, and none to
+    parse on the server."""
+    return f"{copy} (FORMAT BINARY)"
+
+
+@functools.cache
+def _copy_types(copy: str) -> list[str]:
+    cols = copy[copy.index("(") + 1 : copy.index(")")].split(", ")
+    return [_TYPES[("txs", c)].lower() for c in cols]
+
+
 def _key_of(sql: str) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
     n = len(codec.SHAPES[sql][2])
     return lambda row: row[-n:]
@@ -96,7 +109,8 @@ class PostgresUtxoStore(SqlUtxoStore):
             return super()._insert_rows(cur, insert, copy, rows)
         sql, shared = copy
         try:
-            with cur.copy(sql) as cp:
+            with cur.copy(_binary(sql)) as cp:
+                cp.set_types(_copy_types(sql))
                 for row in rows:
                     cp.write_row((*row, *shared) if shared else row)
         except pgerr.UniqueViolation as e:
