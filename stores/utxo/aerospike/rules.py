@@ -33,7 +33,6 @@ from stores.utxo.errors import Outpoint, ProcessingError, SpendRejected, UtxoErr
 from stores.utxo.kernel import verdicts
 from stores.utxo.kernel.spend import NO_IGNORE, Ignore, expected_hash
 from stores.utxo.records import Spend, SpendInfo, SpendStatus
-from stores.utxo.twophase import park
 
 Ctx = str  # "spend", "unspend", "verify" (freeze / unfreeze / reassign), "freeze"
 log = logging.getLogger("utxoflow.store")
@@ -231,8 +230,6 @@ class Rules:
             spends = out[k]
             if k not in failed and isinstance(spends, list):
                 spends.sort(key=lambda s: s.spending_vin)
-        if undo:
-            park("spend_before_take_back")  # (tests: a process killed here leaves its spends)
         for (key, _f, _a), r in zip(undo, self.conn.apply_many(undo)):
             self._report(key, r, dah_height)
         return sorted(failed)
