@@ -4,9 +4,9 @@ the recovery manager does again for a tx whose record never appeared.
 
 Invariants: both steps are idempotent (the same spender again succeeds; a second create is
 TxExists), so applying a tx twice, or after a crash between the steps, ends the same; a refused
-spend leaves none of its own new spends behind (the store's all-or-nothing spend), nor what a
-delivery of it that died part-way through a store's per-record calls left: each delivery runs
-alone (`UtxoStore.delivering`, stores/utxo/aerospike/delivery.py).
+spend leaves none of its own new spends behind (the store's all-or-nothing spend; what an
+attempt that died between a store's per-record calls left is another matter:
+stores/utxo/aerospike/rules.py).
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ def apply_tx(utxo: UtxoStore, tx: Tx) -> UtxoError | bool:
     store, whether this call made its record (False: it was there: a redelivery, a tx sent
     twice). Raises StorageError when the store fails (nothing is then known)."""
     height = utxo.current_height()  # unmined since the tip; it spends as the next block would
-    with utxo.delivering(tx):  # (alone: what a dead delivery of it left may be taken back)
-        (spent,) = utxo.spend_many([tx], height + 1) if not tx.is_coinbase else ([],)
-        if isinstance(spent, UtxoError):
-            return spent
-        (made,) = utxo.create_many([tx], height)
+    (spent,) = utxo.spend_many([tx], height + 1) if not tx.is_coinbase else ([],)
+    if isinstance(spent, UtxoError):
+        return spent
+    (made,) = utxo.create_many([tx], height)
     if isinstance(made, TxExists):
         return False
     if isinstance(made, StoreError):

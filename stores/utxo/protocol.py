@@ -120,14 +120,6 @@ class UtxoStore(PagedRecords, Protocol):
         self, txs: Sequence[Tx], block_height: int, missing_ok: bool = False, ignore: Ignore = NO_IGNORE
     ) -> list[list[Spend] | UtxoError]: ...
     def spend(self, tx: Tx, block_height: int, ignore: Ignore = NO_IGNORE) -> list[Spend]: ...
-    def delivering(self, tx: Tx) -> AbstractContextManager[None]:
-        """Around one delivery's spend and create of `tx` (a mempool transaction): inside, no
-        other delivery of it is under way. Where a transaction's spend spans several atomic
-        writes (Aerospike: one per parent record), a delivery that died between them left spends
-        naming a transaction with no record, and only a delivery that runs alone may take those
-        back when its own spend is refused; busy (another live delivery): StorageError, to try
-        again later. Where a spend is one write, whole or nothing (SQL), nothing to guard."""
-        ...
     def unspend(self, spends: Sequence[Spend], lock_parents: bool = False) -> list[UtxoError | None]:
         """Take back each spend whose output has the given UTXO hash, whoever made it."""
         ...

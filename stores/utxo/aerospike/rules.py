@@ -4,17 +4,21 @@ and the codes it returns turned into the kernel's own verdicts (`kernel.verdicts
 Invariants:
 - A record's rule runs inside the server under the record's lock (a UDF), so per record it is
   atomic; nothing here reads a record to decide a rule, but for whether a child page's master
-  is still creating (`_creating`: the kernel asks the master first, and pages clear first), and
-  whether a refused transaction's record appeared while it took back (`_put_back_if_made`).
+  is still creating (`_creating`: the kernel asks the master first, and pages clear first).
 - A transaction's spend is all or nothing across its parents' records: each parent's inputs
   are spent in one call, and when any parent refuses, the inputs newly spent on the others are
   taken back (`take_back`, which reverts a slot only while it still holds this spender's data).
-  A process that dies between the two leaves the spends it made, which a later delivery finds
-  its own (not new). Only a delivery that runs alone (`delivery.py`'s lease) may take those
-  back when it is refused and the transaction has no record (`clear`): a slot names a spender,
-  not an attempt, and a refused delivery must not take back what one beside it spent. Having
-  taken back, it looks once more for the record and puts its spends back if one appeared (a
-  block creates a transaction before it spends for it).
+  Not yet kept: a process that dies between the two leaves the spends it made, and an attempt
+  delivered again finds them its own (not new) and so, if it is refused, does not take them
+  back. Taking back every slot that names the transaction when it is refused is not the fix: a
+  slot names a spender, not an attempt, so a refused delivery would take back what a delivery
+  running beside it spent (after a rival's brief hold of one input ended), even after that
+  one made the record. Nor is one delivery of a txid at a time (a lease around spend and
+  create, tried and reverted): a block creates and spends for a transaction without it, and a
+  refused delivery's take-back may land after the block's spend. That also holds for the
+  take-back of new spends: a block spending for the transaction between a refused delivery's
+  batch and its take-back loses the input. Closing both needs a take-back the parent record
+  refuses for a spender a block confirmed there (marked by the block's own spend call).
 - A child page's master takes the page's spent count after every call that ran on the page
   (`page_spent`, idempotent by the page's revision), so a report lost with a dying process is
   made by the next call there.
@@ -23,11 +27,10 @@ Invariants:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from chain import Tx, hash_to_hex
+from chain import Tx
 from stores.utxo.aerospike.client import Connection, Key
 from stores.utxo.errors import Outpoint, ProcessingError, SpendRejected, UtxoError
 from stores.utxo.kernel import verdicts
@@ -35,7 +38,6 @@ from stores.utxo.kernel.spend import NO_IGNORE, Ignore, expected_hash
 from stores.utxo.records import Spend, SpendInfo, SpendStatus
 
 Ctx = str  # "spend", "unspend", "verify" (freeze / unfreeze / reassign), "freeze"
-log = logging.getLogger("utxoflow.store")
 REDONE = ("UTXO_HASH_MISMATCH", "UTXO_NOT_FROZEN")  # what a reassign done already answers again
 
 
@@ -146,7 +148,6 @@ class Rules:
         ignore: Ignore = NO_IGNORE,
         skip_missing: Collection[bytes] = (),
         vouch: Callable[[list[bytes]], Collection[bytes]] | None = None,
-        clearable: Callable[[list[bytes]], Collection[bytes]] | None = None,
     ) -> list[list[Spend] | UtxoError]:
         """`spend_tx` of each of `txs` in turn (a coinbase spends nothing), as the kernel orders
         them. The transactions that share no outpoint with another of the call go in one batch
@@ -156,9 +157,7 @@ class Rules:
         a refused one frees what it took for the later ones. `skip_missing`: the txids whose
         inputs with a missing parent are left out; and, when given, those `vouch` names among
         the ones that go alone (asked only when there are such: a parent gone is rare, and a
-        transaction of the batch that met one is among them, its new spends taken back);
-        `clearable` names those of them whose refusal may also take back what an attempt before
-        this one left (`spend_tx`'s `clear`)."""
+        transaction of the batch that met one is among them, its new spends taken back)."""
         out: list[list[Spend] | UtxoError] = [[] for _ in txs]
         seen: dict[Outpoint, int] = {}
         shared: set[int] = set()
@@ -174,10 +173,8 @@ class Rules:
         later = sorted({*again, *shared})
         if later and vouch is not None:
             skip_missing = {*skip_missing, *vouch([txs[k].txid for k in later])}
-        clear = set(clearable([txs[k].txid for k in later])) if later and clearable is not None else set()
         for k in later:
-            t = txs[k].txid
-            out[k] = self.spend_tx(txs[k], height, dah_height, ignore, t in skip_missing, t in clear)
+            out[k] = self.spend_tx(txs[k], height, dah_height, ignore, txs[k].txid in skip_missing)
         return out
 
     def _batch(
@@ -252,19 +249,13 @@ class Rules:
         dah_height: int,
         ignore: Ignore = NO_IGNORE,
         skip_missing: bool = False,
-        clear: bool = False,
     ) -> list[Spend] | SpendRejected:
-        """`kernel.spend.spend_tx` over the records of `tx`'s parents (see the invariants).
-        `clear`: this call is the only delivery of `tx` under way and `tx` has no record, so a
-        refusal also takes back the slots that hold its spends from an attempt before (one that
-        died before its take-back), and puts back what it took should `tx`'s record appear
-        meanwhile (a block creates it, then spends)."""
+        """`kernel.spend.spend_tx` over the records of `tx`'s parents (see the invariants)."""
         txid = tx.txid
         groups = self._groups(tx)
         spends: list[Spend] = []
         errors: list[tuple[int, UtxoError]] = []
         done: list[tuple[Key, list[Any]]] = []
-        taken: list[tuple[Key, list[Any]]] = []  # (key, the spend's items): what a refusal frees
         common = [txid, height, int(ignore.conflicting), int(ignore.locked), dah_height, self.retention]
         creating = self._creating({parent for parent, page in groups if page})
         for (parent, page), items in groups.items():
@@ -277,15 +268,6 @@ class Rules:
                 items = [(v, op[1], op, w) for v, _s, op, w in items]
                 key = self.conn.key(key[2][:32])
                 res = self.conn.apply(key, "spend", [[[s, op[1], w, v] for v, s, op, w in items], *common])
-            if clear and res.get("code") != "TX_NOT_FOUND":
-                # what holds this tx's spends but not from this call: an attempt's before it (a
-                # take-back reverts only a slot that holds them; no delete height to go back
-                # to: the rule settles it again)
-                fresh = set(res.get("fresh") or ())
-                old = [[items[k][1], mine(txid, items[k][0])] for k in range(len(items)) if k not in fresh]
-                if old:
-                    done.append((key, [old, None, -1, dah_height, self.retention, -1]))
-                taken.append((key, [[s, op[1], w, v] for v, s, op, w in items]))
             if "code" in res:  # the record refused every input on it
                 if res["code"] == "TX_NOT_FOUND" and skip_missing:
                     continue
@@ -312,27 +294,9 @@ class Rules:
         if errors:
             for key, args in done:
                 self._report(key, self.conn.apply(key, "take_back", args), dah_height)
-            if taken:
-                self._put_back_if_made(txid, taken, height, dah_height)
             return SpendRejected(txid, sorted(errors, key=lambda e: e[0]))
         spends.sort(key=lambda s: s.spending_vin)
         return spends
-
-    def _put_back_if_made(self, txid: bytes, taken: list[tuple[Key, list[Any]]], height: int,
-                          dah_height: int) -> None:
-        """A refused delivery took back `taken`; if the transaction's record exists now (a block
-        made it meanwhile, and may have spent before the take-back), its spends go back."""
-        (there,) = self.conn.read_bins([self.conn.key(txid)], ["page"])
-        if there is None:
-            return
-        for key, items in taken:
-            args = [items, txid, height, 1, 1, dah_height, self.retention]  # (as a block spends)
-            res = self.conn.apply(key, "spend", args)
-            self._report(key, res, dah_height)
-            if "code" in res or "errors" in res:
-                log.error("tx %s was made while a refused delivery took back its spends on %s, "
-                          "and they could not all be put back: %s", hash_to_hex(txid),
-                          hash_to_hex(bytes(key[2][:32])), res)  # fmt: skip
 
     def unspend(self, op: Outpoint, want: bytes, dah_height: int) -> UtxoError | None:
         key, res = self._call(

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from chain import Tx
 from stores.utxo import validate
-from stores.utxo.aerospike.delivery import DeliveryMixin
+from stores.utxo.aerospike.create import CreateMixin
 from stores.utxo.errors import Outpoint, ProcessingError, UtxoError
 from stores.utxo.kernel import outputs, verdicts
 from stores.utxo.kernel.spend import NO_IGNORE, Ignore, blesses
@@ -28,7 +28,7 @@ from stores.utxo.records import Spend
 NO_HASH = b"\x00" * 32
 
 
-class SpendMixin(DeliveryMixin):
+class SpendMixin(CreateMixin):
     def spend(self, tx: Tx, block_height: int, ignore: Ignore = NO_IGNORE) -> list[Spend]:
         (r,) = self.spend_many([tx], block_height, ignore=ignore)
         if isinstance(r, UtxoError):
@@ -44,11 +44,8 @@ class SpendMixin(DeliveryMixin):
         batch = list(txs)
         height = self.height_for(block_height)
         if missing_ok:
-            skip = {t.txid for t in batch}
-            return self.rules.spend_txs(batch, block_height, height, ignore, skip, clearable=self._clearable)
-        return self.rules.spend_txs(
-            batch, block_height, height, ignore, vouch=self._vouched, clearable=self._clearable
-        )
+            return self.rules.spend_txs(batch, block_height, height, ignore, {t.txid for t in batch})
+        return self.rules.spend_txs(batch, block_height, height, ignore, vouch=self._vouched)
 
     def _vouched(self, txids: list[bytes]) -> set[bytes]:
         """Those of `txids` whose own record vouches for their inputs whose parent is gone."""

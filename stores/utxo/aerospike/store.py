@@ -75,7 +75,6 @@ class AerospikeUtxoStore(ScriptsMixin, PruneMixin, StateMixin, SpendMixin):
         self.may_create = create
         self.block_height = 0
         self.recent = RecentOutputs()
-        self._deliveries = {}
         self.conn = Connection(url)
         try:
             self.rules = Rules(self.conn, batch_size, retention)

@@ -370,9 +370,7 @@ function unspend(rec, items, dah_height, retention)
 end
 
 -- the undo of `spend`'s fresh items {slot, spending data} when another record refused the same
--- transaction (all or nothing across records), or of a dead attempt's spends of it (all of one
--- spender): a slot is reverted only while it holds that data, and never when the spender is
--- listed among this record's deleted children;
+-- transaction (all or nothing across records): a slot is reverted only while it holds that data;
 -- the delete-at-height goes back to `dah_was` while the record is as that spend left it (its
 -- `dah`, and its revision `gen`: every change the delete height depends on bumps `rev` — a
 -- spend, unspend, take-back, set-mined, state change or page report), and is settled by the
@@ -385,11 +383,7 @@ function take_back(rec, items, dah_was, dah, dah_height, retention, gen)
     local s = str(ub) or ""
     local n = 0
     local back = {}
-    local count = list.size(items)
-    if count > 0 and is_deleted_child(rec, string.sub(str(items[1][2]), 1, 32)) then
-        count = 0 -- a pruned child's spends stand (a replay of it is refused, never undone)
-    end
-    for i = 1, count do
+    for i = 1, list.size(items) do
         local off = locate(s, items[i][1])
         if off ~= nil and string.sub(s, off + HASH + 1, off + SLOT) == str(items[i][2]) then
             bytes.set_string(ub, off + HASH + 1, UNSPENT)

@@ -11,7 +11,6 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from chain import Tx
@@ -30,9 +29,6 @@ NO_HASH = b"\x00" * 32
 
 
 class SpendMixin(ReadMixin):
-    def delivering(self, tx: Tx) -> AbstractContextManager[None]:
-        return nullcontext()  # a spend is one transaction here: no delivery can leave half of one
-
     def spend(self, tx: Tx, block_height: int, ignore: rules.Ignore = rules.NO_IGNORE) -> list[Spend]:
         (r,) = self.spend_many([tx], block_height, ignore=ignore)
         if isinstance(r, UtxoError):
