@@ -26,6 +26,7 @@ from stores.utxo.sql.store import SqlUtxoStore
 
 _SCHEMA_LOCK = 0x5554584F  # "UTXO": advisory lock id for DDL
 COPY_FROM = 32  # rows from which new records are copied rather than inserted
+ARRAY_FROM = 8  # rows from which an update goes as one statement over arrays
 TXID_KEY = "txs_txid_key"  # PostgreSQL's name for the UNIQUE constraint on txs.txid
 _ENTRIES = "unnest(%b::bigint[], %b::bigint[], %b::bigint[]) AS e(sh, rid, vout)"  # (binary: cheaper)
 _INSERT_ENTRIES = (
@@ -34,9 +35,6 @@ _INSERT_ENTRIES = (
 _DELETE_ENTRIES = (
     f"DELETE FROM script_utxos s USING {_ENTRIES} WHERE s.sh = e.sh AND s.rid = e.rid AND s.vout = e.vout"
 )
-
-
-ARRAY_FROM = 8  # rows from which an update goes as one statement over arrays
 
 
 def _pg_types() -> dict[tuple[str, str], str]:
@@ -65,13 +63,6 @@ def _array_update(sql: str) -> str:
 
 
 @functools.cache
-def _binary(copy: str) -> str:
-    """A `COPY txs (…) FROM STDIN` in binary form: no text to make of each value, and none to
-    parse on the server."""
-    return f"{copy} (FORMAT BINARY)"
-
-
-@functools.cache
 def _copy_types(copy: str) -> list[str]:
     cols = copy[copy.index("(") + 1 : copy.index(")")].split(", ")
     return [_TYPES[("txs", c)].lower() for c in cols]
@@ -82,9 +73,9 @@ def _key_of(sql: str) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
     return lambda row: row[-n:]
 
 
-def _columns(rows: list[Entry]) -> tuple[list[int], list[int], list[int]]:
-    sh, rid, vout = zip(*rows)
-    return list(sh), list(rid), list(vout)
+def _arrays(rows: list[tuple[Any, ...]]) -> list[list[Any]]:
+    """Rows as one list per column: the array parameters of an `unnest`."""
+    return [list(col) for col in zip(*rows)]
 
 
 class PostgresUtxoStore(SqlUtxoStore):
@@ -109,7 +100,8 @@ class PostgresUtxoStore(SqlUtxoStore):
             return super()._insert_rows(cur, insert, copy, rows)
         sql, shared = copy
         try:
-            with cur.copy(_binary(sql)) as cp:
+            # binary: no text made of each value, and none parsed on the server
+            with cur.copy(f"{sql} (FORMAT BINARY)") as cp:
                 cp.set_types(_copy_types(sql))
                 for row in rows:
                     cp.write_row((*row, *shared) if shared else row)
@@ -122,17 +114,17 @@ class PostgresUtxoStore(SqlUtxoStore):
     def _insert_entries(self, cur: Any, rows: list[Entry]) -> None:
         """Script index entries in one statement: a block's thousands as one executor run, not
         thousands of statements (in key order, the order concurrent units lock them in)."""
-        cur.execute(_INSERT_ENTRIES, _columns(sorted(rows)))
+        cur.execute(_INSERT_ENTRIES, _arrays(sorted(rows)))
 
     def _delete_entries(self, cur: Any, rows: list[Entry]) -> None:
-        cur.execute(_DELETE_ENTRIES, _columns(sorted(rows)))
+        cur.execute(_DELETE_ENTRIES, _arrays(sorted(rows)))
 
     def _update_rows(self, cur: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
         """Many rows' changes as one statement over arrays (a block's spends rewrite thousands
         of parents), in key order; a few go as they are."""
         if len(rows) < ARRAY_FROM:
             return super()._update_rows(cur, sql, rows)
-        cur.execute(_array_update(sql), [list(col) for col in zip(*sorted(rows, key=_key_of(sql)))])
+        cur.execute(_array_update(sql), _arrays(sorted(rows, key=_key_of(sql))))
 
     def _reserve_ids(self, cur: Any, n: int) -> list[int]:
         cur.execute("SELECT nextval('txs_id_seq') FROM generate_series(1, %s)", (n,))
