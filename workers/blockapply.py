@@ -382,7 +382,7 @@ class BlockApplier(Conflicts):
             if not pending:
                 break
             results = self.utxo.spend_many(
-                pending, height, missing_ok=self.allow_missing_inputs, ignore=BLOCK_SPEND
+                pending, height, missing_ok=self.allow_missing_inputs, ignore=BLOCK_SPEND, by_block=True
             )
             retry: list[Tx] = []
             for tx, r in zip(pending, results):

@@ -117,8 +117,17 @@ class UtxoStore(PagedRecords, Protocol):
 
     # -- spends -----------------------------------------------------------------------------
     def spend_many(
-        self, txs: Sequence[Tx], block_height: int, missing_ok: bool = False, ignore: Ignore = NO_IGNORE
-    ) -> list[list[Spend] | UtxoError]: ...
+        self,
+        txs: Sequence[Tx],
+        block_height: int,
+        missing_ok: bool = False,
+        ignore: Ignore = NO_IGNORE,
+        by_block: bool = False,
+    ) -> list[list[Spend] | UtxoError]:
+        """Spend every input of each tx, all or nothing per tx. `by_block`: the spends are a
+        block's; a store whose spend is not one unit across records keeps a refused delivery of
+        the same transaction from taking them back (see `stores.utxo.aerospike.rules`)."""
+        ...
     def spend(self, tx: Tx, block_height: int, ignore: Ignore = NO_IGNORE) -> list[Spend]: ...
     def unspend(self, spends: Sequence[Spend], lock_parents: bool = False) -> list[UtxoError | None]:
         """Take back each spend whose output has the given UTXO hash, whoever made it."""

@@ -8,17 +8,19 @@ Invariants:
 - A transaction's spend is all or nothing across its parents' records: each parent's inputs
   are spent in one call, and when any parent refuses, the inputs newly spent on the others are
   taken back (`take_back`, which reverts a slot only while it still holds this spender's data).
-  Not yet kept: a process that dies between the two leaves the spends it made, and an attempt
-  delivered again finds them its own (not new) and so, if it is refused, does not take them
-  back. Taking back every slot that names the transaction when it is refused is not the fix: a
-  slot names a spender, not an attempt, so a refused delivery would take back what a delivery
-  running beside it spent (after a rival's brief hold of one input ended), even after that
-  one made the record. Nor is one delivery of a txid at a time (a lease around spend and
-  create, tried and reverted): a block creates and spends for a transaction without it, and a
-  refused delivery's take-back may land after the block's spend. That also holds for the
-  take-back of new spends: a block spending for the transaction between a refused delivery's
-  batch and its take-back loses the input. Closing both needs a take-back the parent record
-  refuses for a spender a block confirmed there (marked by the block's own spend call).
+- A block's spend call (`by_block`) marks each slot it spends or finds its transaction's
+  (`blockSpent`, see the Lua module), and a delivery's take-back leaves a marked slot spent
+  (the block call's own take-back, and an unspend, revert it and clear the mark): a refused
+  delivery of the same transaction, whose take-back may land after the block spent (there is
+  no transaction across records), cannot free an input of the mined one.
+- Not yet kept: a process that dies between spend and take-back leaves the spends it made, and
+  an attempt delivered again finds them its own (not new) and so, if it is refused, does not
+  take them back. Taking back every slot that names the transaction when it is refused is not
+  the fix: a slot names a spender, not an attempt, so a refused delivery would take back what a
+  delivery running beside it spent (after a rival's brief hold of one input ended), even after
+  that one made the record. One delivery of a txid at a time (a lease around spend and create)
+  was tried and reverted for its own races (a put-back after a refused block's rollback, a
+  holder outliving its lease); the block mark above is the part of it that holds on its own.
 - A child page's master takes the page's spent count after every call that ran on the page
   (`page_spent`, idempotent by the page's revision), so a report lost with a dying process is
   made by the next call there.
@@ -148,6 +150,7 @@ class Rules:
         ignore: Ignore = NO_IGNORE,
         skip_missing: Collection[bytes] = (),
         vouch: Callable[[list[bytes]], Collection[bytes]] | None = None,
+        by_block: bool = False,
     ) -> list[list[Spend] | UtxoError]:
         """`spend_tx` of each of `txs` in turn (a coinbase spends nothing), as the kernel orders
         them. The transactions that share no outpoint with another of the call go in one batch
@@ -157,7 +160,9 @@ class Rules:
         a refused one frees what it took for the later ones. `skip_missing`: the txids whose
         inputs with a missing parent are left out; and, when given, those `vouch` names among
         the ones that go alone (asked only when there are such: a parent gone is rare, and a
-        transaction of the batch that met one is among them, its new spends taken back)."""
+        transaction of the batch that met one is among them, its new spends taken back).
+        `by_block`: the spends are a block's, and no delivery's take-back may revert them (see
+        the invariants)."""
         out: list[list[Spend] | UtxoError] = [[] for _ in txs]
         seen: dict[Outpoint, int] = {}
         shared: set[int] = set()
@@ -169,12 +174,12 @@ class Rules:
                 if first != k:
                     shared.update((first, k))
         alone = [k for k, tx in enumerate(txs) if not tx.is_coinbase and k not in shared]
-        again = self._batch(txs, alone, out, height, dah_height, ignore, skip_missing)
+        again = self._batch(txs, alone, out, height, dah_height, ignore, skip_missing, by_block)
         later = sorted({*again, *shared})
         if later and vouch is not None:
             skip_missing = {*skip_missing, *vouch([txs[k].txid for k in later])}
         for k in later:
-            out[k] = self.spend_tx(txs[k], height, dah_height, ignore, txs[k].txid in skip_missing)
+            out[k] = self.spend_tx(txs[k], height, dah_height, ignore, txs[k].txid in skip_missing, by_block)
         return out
 
     def _batch(
@@ -186,10 +191,13 @@ class Rules:
         dah_height: int,
         ignore: Ignore,
         skip_missing: Collection[bytes],
+        by_block: bool,
     ) -> list[int]:
         """The spends of `txs[which]` in one batch of calls, into `out`; the indexes of those
         that did not go through whole (their new spends taken back already)."""
-        common = [height, int(ignore.conflicting), int(ignore.locked), dah_height, self.retention]
+        common = [
+            height, int(ignore.conflicting), int(ignore.locked), dah_height, self.retention, int(by_block)
+        ]
         calls: list[tuple[Key, str, list[Any]]] = []
         owners: list[tuple[int, list[tuple[int, int, Outpoint, bytes | None]]]] = []
         for k in which:
@@ -215,7 +223,8 @@ class Rules:
             if k in failed:
                 if r["fresh"]:
                     spent = [[items[i][1], mine(txs[k].txid, items[i][0])] for i in r["fresh"]]
-                    args = [spent, r.get("dah_was"), r.get("dah"), dah_height, self.retention, r.get("gen")]
+                    args = [spent, r.get("dah_was"), r.get("dah"), dah_height, self.retention, r.get("gen"),
+                            int(by_block)]
                     undo.append((key, "take_back", args))
                 continue
             spends = out[k]
@@ -249,6 +258,7 @@ class Rules:
         dah_height: int,
         ignore: Ignore = NO_IGNORE,
         skip_missing: bool = False,
+        by_block: bool = False,
     ) -> list[Spend] | SpendRejected:
         """`kernel.spend.spend_tx` over the records of `tx`'s parents (see the invariants)."""
         txid = tx.txid
@@ -256,7 +266,8 @@ class Rules:
         spends: list[Spend] = []
         errors: list[tuple[int, UtxoError]] = []
         done: list[tuple[Key, list[Any]]] = []
-        common = [txid, height, int(ignore.conflicting), int(ignore.locked), dah_height, self.retention]
+        common = [txid, height, int(ignore.conflicting), int(ignore.locked), dah_height, self.retention,
+                  int(by_block)]
         creating = self._creating({parent for parent, page in groups if page})
         for (parent, page), items in groups.items():
             if page and parent in creating:
@@ -289,7 +300,7 @@ class Rules:
             if fresh:
                 undo = [[items[k][1], mine(txid, items[k][0])] for k in fresh]
                 was, dah, gen = res.get("dah_was"), res.get("dah"), res.get("gen")
-                done.append((key, [undo, was, dah, dah_height, self.retention, gen]))
+                done.append((key, [undo, was, dah, dah_height, self.retention, gen, int(by_block)]))
             self._report(key, res, dah_height)
         if errors:
             for key, args in done:

@@ -36,16 +36,24 @@ class SpendMixin(CreateMixin):
         return r
 
     def spend_many(
-        self, txs: Sequence[Tx], block_height: int, missing_ok: bool = False, ignore: Ignore = NO_IGNORE
+        self,
+        txs: Sequence[Tx],
+        block_height: int,
+        missing_ok: bool = False,
+        ignore: Ignore = NO_IGNORE,
+        by_block: bool = False,
     ) -> list[list[Spend] | UtxoError]:
         """Spend every input of each tx at `block_height`, all or nothing per tx. With
-        `missing_ok`, an input whose parent record the store does not hold is left out."""
+        `missing_ok`, an input whose parent record the store does not hold is left out;
+        `by_block` marks the spends a block's (`rules.Rules.spend_txs`)."""
         validate.height("block_height", block_height)
         batch = list(txs)
         height = self.height_for(block_height)
         if missing_ok:
-            return self.rules.spend_txs(batch, block_height, height, ignore, {t.txid for t in batch})
-        return self.rules.spend_txs(batch, block_height, height, ignore, vouch=self._vouched)
+            skip = {t.txid for t in batch}
+            return self.rules.spend_txs(batch, block_height, height, ignore, skip, by_block=by_block)
+        vouch = self._vouched
+        return self.rules.spend_txs(batch, block_height, height, ignore, vouch=vouch, by_block=by_block)
 
     def _vouched(self, txids: list[bytes]) -> set[bytes]:
         """Those of `txids` whose own record vouches for their inputs whose parent is gone."""

@@ -19,6 +19,13 @@
 --   the number of this record's live (unspent or frozen) slots with that key, the key of slot i
 --   being `scriptKeys` bytes 8i..8i+7 (LE signed). A slot that stops or starts being live
 --   (spend; unspend, take_back) changes it in the same update (`live_keys`); freezing does not.
+-- * `blockSpent` is a bitmap (slot k: byte k // 8, bit k % 8; absent: none) of the slots whose
+--   spend a block's spend call made or found (`confirm`). A set bit means the slot is spent
+--   (spend sets it only on a spent slot; every call that reverts a slot clears it), and a
+--   delivery's take-back leaves such a slot alone: Aerospike has no transaction across the
+--   records of one spend, so a refused delivery's take-back may land after a block spent for
+--   the same transaction, and must not free an input of a mined one. Not a kernel rule: on SQL
+--   the spend and its take-back are one unit, and nothing can land between them.
 
 local SLOT = 68
 local HASH = 32
@@ -179,6 +186,50 @@ local function record_error(rec, height, ign_conflicting, ign_locked)
     return nil
 end
 
+-- whether slot `slot`'s bit is set in the bitmap string `b` (see `blockSpent`)
+local function bit_set(b, slot)
+    local i = slot // 8 + 1
+    return b ~= nil and i <= #b and (string.byte(b, i) >> (slot % 8)) & 1 == 1
+end
+
+-- the bitmap string `b` with the bits of `slots` set (`on`) or cleared; nil when none is left
+local function with_bits(b, slots, on)
+    local t = { string.byte(b or "", 1, -1) }
+    for _, slot in ipairs(slots) do
+        local i = slot // 8 + 1
+        for j = #t + 1, i do
+            t[j] = 0
+        end
+        if on then
+            t[i] = t[i] | (1 << (slot % 8))
+        else
+            t[i] = t[i] & ~(1 << (slot % 8))
+        end
+    end
+    local n = #t
+    while n > 0 and t[n] == 0 do
+        n = n - 1
+    end
+    if n == 0 then
+        return nil
+    end
+    return string.char(table.unpack(t, 1, n))
+end
+
+-- `blockSpent` with the bits of `slots` set or cleared (written with the caller's update)
+local function mark(rec, slots, on)
+    local had = str(rec["blockSpent"])
+    if #slots == 0 or (had == nil and not on) then
+        return
+    end
+    local b = with_bits(had, slots, on)
+    if b ~= nil then
+        rec["blockSpent"] = bytes_of(b)
+    elseif had ~= nil then
+        rec["blockSpent"] = nil
+    end
+end
+
 local function is_deleted_child(rec, txid)
     local dc = str(rec["deletedChildren"])
     if dc == nil then
@@ -204,8 +255,9 @@ end
 -- items = list of {slot, vout, want (bytes or nil), vin}; spender = the spending txid.
 -- All or nothing: any failing item → {errors = list of {index, error}}, nothing written.
 -- Else {fresh = the indexes newly spent (the others were this spender's already), hashes = each
--- item's UTXO hash, spent, gen}.
-function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_height, retention)
+-- item's UTXO hash, spent, gen}. `confirm` = 1: the spend is a block's, and marks every item's
+-- slot in `blockSpent` (see the invariants), the ones this spender held already too.
+function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_height, retention, confirm)
     if not aerospike:exists(rec) then
         return err("TX_NOT_FOUND")
     end
@@ -221,6 +273,11 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
     local hashes = list()
     local writes = {}
     local seen = {}
+    local marks = {}
+    local held = nil
+    if confirm == 1 then
+        held = str(rec["blockSpent"])
+    end
     for i = 1, list.size(items) do
         local it = items[i]
         local slot, vout, want, vin = it[1], it[2], str(it[3]), it[4]
@@ -275,6 +332,9 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
                 writes[#writes + 1] = { off, mine }
                 list.append(fresh, i - 1)
             end
+            if confirm == 1 and not bit_set(held, slot) then
+                marks[#marks + 1] = slot
+            end
         end
     end
     local out = map()
@@ -294,6 +354,11 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
         rec["spentUtxos"] = (rec["spentUtxos"] or 0) + #writes
         rec["rev"] = (rec["rev"] or 0) + 1
         apply_dah(rec, dah_height, retention)
+    end
+    if #marks > 0 then  -- (the marks alone change nothing the delete height or a report reads)
+        mark(rec, marks, true)
+    end
+    if #writes > 0 or #marks > 0 then
         aerospike:update(rec)
     end
     out["dah"] = rec["deleteAtHeight"]
@@ -356,6 +421,7 @@ function unspend(rec, items, dah_height, retention)
     end
     if n > 0 then
         live_keys(rec, back, 1)
+        mark(rec, back, false)
         rec["utxos"] = ub
         rec["spentUtxos"] = (rec["spentUtxos"] or 0) - n
         rec["rev"] = (rec["rev"] or 0) + 1
@@ -374,25 +440,35 @@ end
 -- the delete-at-height goes back to `dah_was` while the record is as that spend left it (its
 -- `dah`, and its revision `gen`: every change the delete height depends on bumps `rev` — a
 -- spend, unspend, take-back, set-mined, state change or page report), and is settled by the
--- rule again (at `dah_height`) otherwise
-function take_back(rec, items, dah_was, dah, dah_height, retention, gen)
+-- rule again (at `dah_height`) otherwise. A slot a block's spend marked (`blockSpent`) stays
+-- spent, and counts in `kept`, unless `own` = 1: the take-back is that block spend call's own
+-- (a transaction of the block refused by another parent), which clears the mark with the spend.
+function take_back(rec, items, dah_was, dah, dah_height, retention, gen, own)
     if not aerospike:exists(rec) then
         return err("TX_NOT_FOUND")
     end
     local ub = rec["utxos"]
     local s = str(ub) or ""
+    local held = str(rec["blockSpent"])
     local n = 0
+    local kept = 0
     local back = {}
     for i = 1, list.size(items) do
-        local off = locate(s, items[i][1])
+        local slot = items[i][1]
+        local off = locate(s, slot)
         if off ~= nil and string.sub(s, off + HASH + 1, off + SLOT) == str(items[i][2]) then
-            bytes.set_string(ub, off + HASH + 1, UNSPENT)
-            n = n + 1
-            back[n] = items[i][1]
+            if own ~= 1 and bit_set(held, slot) then
+                kept = kept + 1
+            else
+                bytes.set_string(ub, off + HASH + 1, UNSPENT)
+                n = n + 1
+                back[n] = slot
+            end
         end
     end
     if n > 0 then
         live_keys(rec, back, 1)
+        mark(rec, back, false)
         local untouched = rec["deleteAtHeight"] == dah and (gen == nil or (rec["rev"] or 0) == gen)
         rec["utxos"] = ub
         rec["spentUtxos"] = (rec["spentUtxos"] or 0) - n
@@ -406,6 +482,7 @@ function take_back(rec, items, dah_was, dah, dah_height, retention, gen)
     end
     local out = map()
     out["n"] = n
+    out["kept"] = kept
     out["spent"] = rec["spentUtxos"] or 0
     out["gen"] = rec["rev"] or 0
     return out

@@ -42,10 +42,13 @@ class SpendMixin(ReadMixin):
         block_height: int,
         missing_ok: bool = False,
         ignore: rules.Ignore = rules.NO_IGNORE,
+        by_block: bool = False,
     ) -> list[list[Spend] | UtxoError]:
         """Spend every input of each tx at `block_height`, all or nothing per tx (`kernel.spend`).
         With `missing_ok`, an input whose parent record the store does not hold is left out
-        instead of failing (a chain imported from mid-history)."""
+        instead of failing (a chain imported from mid-history). `by_block` changes nothing
+        here: a spend and its take-back are one unit, so no take-back can land after another
+        spend of the same transaction."""
         validate.height("block_height", block_height)
         parent_ids = {i.prev_txid for tx in txs for i in tx.inputs}
         parent_ids.discard(NO_HASH)  # a coinbase's input names no parent
