@@ -4,9 +4,9 @@ the recovery manager does again for a tx whose record never appeared.
 
 Invariants: both steps are idempotent (the same spender again succeeds; a second create is
 TxExists), so applying a tx twice, or after a crash between the steps, ends the same; a refused
-spend leaves none of its own new spends behind (the store's all-or-nothing spend; what an
-attempt that died between a store's per-record calls left is another matter:
-stores/utxo/aerospike/rules.py).
+spend leaves none of its own new spends behind (the store's all-or-nothing spend; on
+Aerospike, but a slot a block's spend of the same tx holds meanwhile, and what an attempt that
+died between the store's per-record calls left: stores/utxo/aerospike/rules.py).
 """
 
 from __future__ import annotations

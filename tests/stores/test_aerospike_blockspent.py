@@ -1,9 +1,10 @@
-"""A block's spends on Aerospike are marked on their slots (`blockSpent`), and a delivery's
-take-back leaves a marked slot spent: there is no transaction across the records of one spend,
-so a refused delivery of a transaction can take back its new spends after a block spent for the
-same transaction, and without the mark that freed an input of the mined one (found by review).
-The block call's own take-back and an unspend revert a marked slot and clear its mark. Needs
-AEROSPIKE_HOSTS."""
+"""A block's spend call puts a token of its own on each slot it spends (`blockSpent`), and a
+take-back reverts a slot only while it holds no token or the taking call's own. There is no
+transaction across the records of one spend, so a refused call's take-back can land after
+another call spent for the same transaction: a refused delivery after a block's spend, or a
+block's spend unit run twice (a holder that lapsed but lived on) after the run that went
+through. Without the tokens both freed an input of the mined transaction (found by review).
+An unspend reverts a slot whatever it holds and clears its token. Needs AEROSPIKE_HOSTS."""
 
 from __future__ import annotations
 
@@ -35,11 +36,13 @@ def store(tmp_path: Path) -> Iterator[Any]:
     s.close()
 
 
-def marks(store: Any, tx: Tx) -> bytes | None:
-    """The `blockSpent` bitmap of `tx`'s master record (None: no slot marked)."""
+def tokens(store: Any, tx: Tx) -> dict[int, int]:
+    """The block call tokens on `tx`'s master record's slots: slot → token (absent: none)."""
     _k, _m, bins = store.conn.client.get(store.key(tx.txid))
-    value = bins.get("blockSpent")
-    return None if value is None else bytes(value)
+    raw = bytes(bins.get("blockSpent") or b"")
+    assert len(raw) % 4 == 0 and not raw.endswith(b"\0" * 4)  # (trailing empty ones dropped)
+    got = {k: int.from_bytes(raw[4 * k : 4 * k + 4], "little") for k in range(len(raw) // 4)}
+    return {k: t for k, t in got.items() if t}
 
 
 def spender_of(store: Any, tx: Tx, vout: int) -> bytes | None:
@@ -48,18 +51,24 @@ def spender_of(store: Any, tx: Tx, vout: int) -> bytes | None:
     return spender
 
 
-def block_lands_before_take_back(store: Any, monkeypatch: pytest.MonkeyPatch, tx: Tx, by_block: bool) -> None:
-    """Make the store's next take-back wait for a block's spend of `tx` (run just before it)."""
-    real = store.conn.apply_many
+def before_take_back(store: Any, monkeypatch: pytest.MonkeyPatch, via: str, then: Any) -> None:
+    """Run `then()` just before the store's next take-back sent through `store.conn.<via>`
+    (`apply_many`: a batch's; `apply`: a transaction that went alone)."""
+    real = getattr(store.conn, via)
 
-    def apply_many(calls: list[Any]) -> list[Any]:
-        if calls and calls[0][1] == "take_back":
-            monkeypatch.setattr(store.conn, "apply_many", real)
-            (r,) = store.spend_many([tx], HEIGHT, ignore=BLOCK_SPEND, by_block=by_block)
-            assert not isinstance(r, Exception), r
-        return real(calls)
+    def hooked(*args: Any) -> Any:
+        fn = args[0][0][1] if via == "apply_many" and args[0] else args[1] if via == "apply" else None
+        if fn == "take_back":
+            monkeypatch.setattr(store.conn, via, real)
+            then()
+        return real(*args)
 
-    monkeypatch.setattr(store.conn, "apply_many", apply_many)
+    monkeypatch.setattr(store.conn, via, hooked)
+
+
+def block_spends(store: Any, tx: Tx) -> None:
+    (r,) = store.spend_many([tx], HEIGHT, ignore=BLOCK_SPEND, by_block=True)
+    assert not isinstance(r, Exception), r
 
 
 @pytest.mark.parametrize("by_block", [True, False], ids=["marked", "unmarked (the race)"])
@@ -70,15 +79,45 @@ def test_a_refused_delivery_cannot_free_an_input_a_block_spent_meanwhile(
     created(store, p1, p2, mined=True)
     store.set_locked([p2.txid], True)  # a delivery is refused there; a block's spend is not
     tx = child((p1, 0), (p2, 0))
-    block_lands_before_take_back(store, monkeypatch, tx, by_block)
+
+    def block() -> None:
+        (r,) = store.spend_many([tx], HEIGHT, ignore=BLOCK_SPEND, by_block=by_block)
+        assert not isinstance(r, Exception), r
+
+    before_take_back(store, monkeypatch, "apply_many", block)
     (got,) = store.spend_many([tx], HEIGHT)  # the delivery: spends p1, refused by p2
     assert isinstance(got, SpendRejected)
     assert spender_of(store, p2, 0) == tx.txid
     if by_block:  # the block's spend stands whole
         assert spender_of(store, p1, 0) == tx.txid
         assert store.get(p1.txid).spent_utxos == 1
-    else:  # what the block's spend risked before the mark: its input freed under it
+    else:  # what the block's spend risked before the tokens: its input freed under it
         assert spender_of(store, p1, 0) is None
+
+
+def test_a_block_unit_run_twice_cannot_free_an_input_the_run_that_went_through_spent(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spend unit's holder lapsed but lived on: its run of the block's spend for `tx` is
+    refused (a mempool rival holds an input), and its take-back lands after the run that took
+    the unit over made the rival conflicting and spent for `tx` whole."""
+    p1, p2 = funding(1), funding(1)
+    created(store, p1, p2, mined=True)
+    rival = child((p2, 0))
+    (held,) = store.spend_many([rival], HEIGHT)
+    assert isinstance(held, list)
+    tx = child((p1, 0), (p2, 0))
+
+    def the_other_run() -> None:  # what the block's conflict swap does, then its spend
+        assert store.unspend(held) == [None]
+        block_spends(store, tx)
+
+    # the lapsed run's last take-back: `spend_tx`'s, once its batch's went and it ran alone
+    before_take_back(store, monkeypatch, "apply", the_other_run)
+    (got,) = store.spend_many([tx], HEIGHT, ignore=BLOCK_SPEND, by_block=True)
+    assert isinstance(got, SpendRejected)
+    assert spender_of(store, p1, 0) == tx.txid and spender_of(store, p2, 0) == tx.txid
+    assert store.get(p1.txid).spent_utxos == 1
 
 
 def test_a_block_calls_own_take_back_reverts_and_unmarks(store: Any) -> None:
@@ -88,29 +127,35 @@ def test_a_block_calls_own_take_back_reverts_and_unmarks(store: Any) -> None:
     tx = child((p1, 0), (p2, 0))
     (got,) = store.spend_many([tx], HEIGHT, ignore=BLOCK_SPEND, by_block=True)
     assert isinstance(got, SpendRejected)  # frozen refuses a block too
-    assert spender_of(store, p1, 0) is None and marks(store, p1) is None
+    assert spender_of(store, p1, 0) is None and tokens(store, p1) == {}
     # and a delivery refused the same way takes its own spend back (no mark left to stop it)
     (got,) = store.spend_many([child((p1, 0), (p2, 0))], HEIGHT)
     assert isinstance(got, SpendRejected) and spender_of(store, p1, 0) is None
 
 
-def test_marks_follow_the_slots_and_an_unspend_clears_them(store: Any) -> None:
+def test_tokens_follow_the_slots_and_an_unspend_clears_them(store: Any) -> None:
     parent = funding(20)
     created(store, parent, mined=True)
     tx = child((parent, 3), (parent, 9), (parent, 17))
     (spends,) = store.spend_many([tx], HEIGHT, ignore=BLOCK_SPEND, by_block=True)
     assert isinstance(spends, list)
-    assert marks(store, parent) == bytes([1 << 3, 1 << 1, 1 << 1])  # slot k: byte k // 8, bit k % 8
+    first = tokens(store, parent)
+    assert set(first) == {3, 9, 17} and len(set(first.values())) == 1  # one call, one token
     assert store.unspend([s for s in spends if s.vout == 17]) == [None]
-    assert marks(store, parent) == bytes([1 << 3, 1 << 1])  # (no trailing empty byte)
-    # a spend the delivery made first, then found by the block, is marked too (not fresh there)
+    assert tokens(store, parent) == {3: first[3], 9: first[9]}
+    # a spend a delivery made, then found by a block's call: that call's token (none before)
     other = child((parent, 5))
     assert isinstance(store.spend_many([other], HEIGHT)[0], list)
-    assert marks(store, parent) == bytes([1 << 3, 1 << 1])  # a delivery marks nothing
-    assert isinstance(store.spend_many([other], HEIGHT, ignore=BLOCK_SPEND, by_block=True)[0], list)
-    assert marks(store, parent) == bytes([1 << 3 | 1 << 5, 1 << 1])
+    assert set(tokens(store, parent)) == {3, 9}
+    block_spends(store, other)
+    now = tokens(store, parent)
+    assert set(now) == {3, 5, 9} and now[5] != first[3]
+    late = child((parent, 3), (parent, 9))
+    (refused,) = store.spend_many([late], HEIGHT, ignore=BLOCK_SPEND, by_block=True)
+    assert isinstance(refused, SpendRejected)  # spent by `tx`: a refused call leaves their tokens
+    assert tokens(store, parent) == now
     assert store.unspend(spends[:2]) == [None, None]
-    assert marks(store, parent) == bytes([1 << 5])
+    assert tokens(store, parent) == {5: now[5]}
     # an unmarked slot is a delivery's to take back again
     frozen = funding(1)
     created(store, frozen, mined=True)

@@ -8,11 +8,15 @@ Invariants:
 - A transaction's spend is all or nothing across its parents' records: each parent's inputs
   are spent in one call, and when any parent refuses, the inputs newly spent on the others are
   taken back (`take_back`, which reverts a slot only while it still holds this spender's data).
-- A block's spend call (`by_block`) marks each slot it spends or finds its transaction's
-  (`blockSpent`, see the Lua module), and a delivery's take-back leaves a marked slot spent
-  (the block call's own take-back, and an unspend, revert it and clear the mark): a refused
-  delivery of the same transaction, whose take-back may land after the block spent (there is
-  no transaction across records), cannot free an input of the mined one.
+- A block's spend call (`by_block`) puts a token of its own on each slot it spends or finds
+  its transaction's (`blockSpent`, see the Lua module), and a take-back reverts a slot only
+  while it holds no token or the taking call's own (an unspend reverts it whatever it holds).
+  A refused call's take-back may land after another call spent for the same transaction
+  (there is no transaction across records): a refused delivery after a block's spend, or a
+  block's spend unit run twice (a holder that lapsed but lived on) after the run that went
+  through. Neither can free an input that the later block call relies on. A refused block
+  call leaves its token on the slots it found (it takes back only what it spent) until the
+  block spends that transaction again or its rollback releases it.
 - Not yet kept: a process that dies between spend and take-back leaves the spends it made, and
   an attempt delivered again finds them its own (not new) and so, if it is refused, does not
   take them back. Taking back every slot that names the transaction when it is refused is not
@@ -20,7 +24,7 @@ Invariants:
   delivery running beside it spent (after a rival's brief hold of one input ended), even after
   that one made the record. One delivery of a txid at a time (a lease around spend and create)
   was tried and reverted for its own races (a put-back after a refused block's rollback, a
-  holder outliving its lease); the block mark above is the part of it that holds on its own.
+  holder outliving its lease); the block tokens above are the part of it that hold on their own.
 - A child page's master takes the page's spent count after every call that ran on the page
   (`page_spent`, idempotent by the page's revision), so a report lost with a dying process is
   made by the next call there.
@@ -29,6 +33,7 @@ Invariants:
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -161,8 +166,8 @@ class Rules:
         inputs with a missing parent are left out; and, when given, those `vouch` names among
         the ones that go alone (asked only when there are such: a parent gone is rare, and a
         transaction of the batch that met one is among them, its new spends taken back).
-        `by_block`: the spends are a block's, and no delivery's take-back may revert them (see
-        the invariants)."""
+        `by_block`: the spends are a block's call, with a token of their own (see the
+        invariants)."""
         out: list[list[Spend] | UtxoError] = [[] for _ in txs]
         seen: dict[Outpoint, int] = {}
         shared: set[int] = set()
@@ -174,12 +179,13 @@ class Rules:
                 if first != k:
                     shared.update((first, k))
         alone = [k for k, tx in enumerate(txs) if not tx.is_coinbase and k not in shared]
-        again = self._batch(txs, alone, out, height, dah_height, ignore, skip_missing, by_block)
+        token = secrets.randbelow(2**32 - 1) + 1 if by_block else 0
+        again = self._batch(txs, alone, out, height, dah_height, ignore, skip_missing, token)
         later = sorted({*again, *shared})
         if later and vouch is not None:
             skip_missing = {*skip_missing, *vouch([txs[k].txid for k in later])}
         for k in later:
-            out[k] = self.spend_tx(txs[k], height, dah_height, ignore, txs[k].txid in skip_missing, by_block)
+            out[k] = self.spend_tx(txs[k], height, dah_height, ignore, txs[k].txid in skip_missing, token)
         return out
 
     def _batch(
@@ -191,12 +197,12 @@ class Rules:
         dah_height: int,
         ignore: Ignore,
         skip_missing: Collection[bytes],
-        by_block: bool,
+        token: int,
     ) -> list[int]:
         """The spends of `txs[which]` in one batch of calls, into `out`; the indexes of those
         that did not go through whole (their new spends taken back already)."""
         common = [
-            height, int(ignore.conflicting), int(ignore.locked), dah_height, self.retention, int(by_block)
+            height, int(ignore.conflicting), int(ignore.locked), dah_height, self.retention, token
         ]
         calls: list[tuple[Key, str, list[Any]]] = []
         owners: list[tuple[int, list[tuple[int, int, Outpoint, bytes | None]]]] = []
@@ -224,7 +230,7 @@ class Rules:
                 if r["fresh"]:
                     spent = [[items[i][1], mine(txs[k].txid, items[i][0])] for i in r["fresh"]]
                     args = [spent, r.get("dah_was"), r.get("dah"), dah_height, self.retention, r.get("gen"),
-                            int(by_block)]
+                            token]
                     undo.append((key, "take_back", args))
                 continue
             spends = out[k]
@@ -258,16 +264,17 @@ class Rules:
         dah_height: int,
         ignore: Ignore = NO_IGNORE,
         skip_missing: bool = False,
-        by_block: bool = False,
+        token: int = 0,
     ) -> list[Spend] | SpendRejected:
-        """`kernel.spend.spend_tx` over the records of `tx`'s parents (see the invariants)."""
+        """`kernel.spend.spend_tx` over the records of `tx`'s parents (see the invariants);
+        `token`: a block call's (0: none)."""
         txid = tx.txid
         groups = self._groups(tx)
         spends: list[Spend] = []
         errors: list[tuple[int, UtxoError]] = []
         done: list[tuple[Key, list[Any]]] = []
-        common = [txid, height, int(ignore.conflicting), int(ignore.locked), dah_height, self.retention,
-                  int(by_block)]
+        ign = [int(ignore.conflicting), int(ignore.locked)]
+        common = [txid, height, *ign, dah_height, self.retention, token]
         creating = self._creating({parent for parent, page in groups if page})
         for (parent, page), items in groups.items():
             if page and parent in creating:
@@ -300,7 +307,7 @@ class Rules:
             if fresh:
                 undo = [[items[k][1], mine(txid, items[k][0])] for k in fresh]
                 was, dah, gen = res.get("dah_was"), res.get("dah"), res.get("gen")
-                done.append((key, [undo, was, dah, dah_height, self.retention, gen, int(by_block)]))
+                done.append((key, [undo, was, dah, dah_height, self.retention, gen, token]))
             self._report(key, res, dah_height)
         if errors:
             for key, args in done:

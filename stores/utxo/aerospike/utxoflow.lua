@@ -19,17 +19,19 @@
 --   the number of this record's live (unspent or frozen) slots with that key, the key of slot i
 --   being `scriptKeys` bytes 8i..8i+7 (LE signed). A slot that stops or starts being live
 --   (spend; unspend, take_back) changes it in the same update (`live_keys`); freezing does not.
--- * `blockSpent` is a bitmap (slot k: byte k // 8, bit k % 8; absent: none) of the slots whose
---   spend a block's spend call made or found (`confirm`). A set bit means the slot is spent
---   (spend sets it only on a spent slot; every call that reverts a slot clears it), and a
---   delivery's take-back leaves such a slot alone: Aerospike has no transaction across the
---   records of one spend, so a refused delivery's take-back may land after a block spent for
---   the same transaction, and must not free an input of a mined one. Not a kernel rule: on SQL
---   the spend and its take-back are one unit, and nothing can land between them.
+-- * `blockSpent` holds, per slot, the token of the last block spend call that spent it or found
+--   it spent by its transaction (slot k: bytes 4k..4k+3, LE u32; 0 or past the end: none). A
+--   token means the slot is spent (spend sets one only on a spent slot; every call that reverts
+--   a slot clears it). A take-back reverts a slot only while it holds no token or the taking
+--   call's own: Aerospike has no transaction across the records of one spend, so a refused
+--   call's take-back may land after another call (a block's, or a second run of the same
+--   block's unit) spent for the same transaction, and must not free an input that call relies
+--   on. Not a kernel rule: on SQL a spend and its take-back are one unit.
 
 local SLOT = 68
 local HASH = 32
 local ZERO32 = string.rep("\0", 32)
+local ZERO4 = string.rep("\0", 4)
 local UNSPENT = string.rep("\0", 36)
 local FROZEN = string.rep("\255", 36)
 
@@ -186,45 +188,38 @@ local function record_error(rec, height, ign_conflicting, ign_locked)
     return nil
 end
 
--- whether slot `slot`'s bit is set in the bitmap string `b` (see `blockSpent`)
-local function bit_set(b, slot)
-    local i = slot // 8 + 1
-    return b ~= nil and i <= #b and (string.byte(b, i) >> (slot % 8)) & 1 == 1
+-- the token slot `slot` holds in the `blockSpent` string `b` (0: none)
+local function token_of(b, slot)
+    local at = slot * 4
+    if b == nil or at + 4 > #b then
+        return 0
+    end
+    return (string.unpack("<I4", b, at + 1))
 end
 
--- the bitmap string `b` with the bits of `slots` set (`on`) or cleared; nil when none is left
-local function with_bits(b, slots, on)
-    local t = { string.byte(b or "", 1, -1) }
-    for _, slot in ipairs(slots) do
-        local i = slot // 8 + 1
-        for j = #t + 1, i do
-            t[j] = 0
-        end
-        if on then
-            t[i] = t[i] | (1 << (slot % 8))
-        else
-            t[i] = t[i] & ~(1 << (slot % 8))
-        end
-    end
-    local n = #t
-    while n > 0 and t[n] == 0 do
-        n = n - 1
-    end
-    if n == 0 then
-        return nil
-    end
-    return string.char(table.unpack(t, 1, n))
-end
-
--- `blockSpent` with the bits of `slots` set or cleared (written with the caller's update)
-local function mark(rec, slots, on)
+-- `blockSpent` with `token` on each of `slots` (0: cleared), written with the caller's update;
+-- trailing empty tokens are dropped, and the bin with the last one
+local function mark(rec, slots, token)
     local had = str(rec["blockSpent"])
-    if #slots == 0 or (had == nil and not on) then
+    if #slots == 0 or (had == nil and token == 0) then
         return
     end
-    local b = with_bits(had, slots, on)
-    if b ~= nil then
-        rec["blockSpent"] = bytes_of(b)
+    local s = had or ""
+    local v = string.pack("<I4", token)
+    for _, slot in ipairs(slots) do
+        local at = slot * 4
+        if at + 4 <= #s then
+            s = string.sub(s, 1, at) .. v .. string.sub(s, at + 5)
+        elseif token ~= 0 then
+            s = s .. string.rep("\0", at - #s) .. v
+        end
+    end
+    local n = #s
+    while n >= 4 and string.sub(s, n - 3, n) == ZERO4 do
+        n = n - 4
+    end
+    if n > 0 then
+        rec["blockSpent"] = bytes_of(string.sub(s, 1, n))
     elseif had ~= nil then
         rec["blockSpent"] = nil
     end
@@ -255,8 +250,8 @@ end
 -- items = list of {slot, vout, want (bytes or nil), vin}; spender = the spending txid.
 -- All or nothing: any failing item → {errors = list of {index, error}}, nothing written.
 -- Else {fresh = the indexes newly spent (the others were this spender's already), hashes = each
--- item's UTXO hash, spent, gen}. `confirm` = 1: the spend is a block's, and marks every item's
--- slot in `blockSpent` (see the invariants), the ones this spender held already too.
+-- item's UTXO hash, spent, gen}. `confirm` ≠ 0: the spend is a block's call, whose token it is,
+-- put on every item's slot in `blockSpent` (see the invariants), those this spender held too.
 function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_height, retention, confirm)
     if not aerospike:exists(rec) then
         return err("TX_NOT_FOUND")
@@ -274,8 +269,9 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
     local writes = {}
     local seen = {}
     local marks = {}
+    local token = confirm or 0
     local held = nil
-    if confirm == 1 then
+    if token ~= 0 then
         held = str(rec["blockSpent"])
     end
     for i = 1, list.size(items) do
@@ -332,7 +328,7 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
                 writes[#writes + 1] = { off, mine }
                 list.append(fresh, i - 1)
             end
-            if confirm == 1 and not bit_set(held, slot) then
+            if token ~= 0 and token_of(held, slot) ~= token then
                 marks[#marks + 1] = slot
             end
         end
@@ -355,8 +351,8 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
         rec["rev"] = (rec["rev"] or 0) + 1
         apply_dah(rec, dah_height, retention)
     end
-    if #marks > 0 then  -- (the marks alone change nothing the delete height or a report reads)
-        mark(rec, marks, true)
+    if #marks > 0 then  -- (tokens alone change nothing the delete height or a report reads)
+        mark(rec, marks, token)
     end
     if #writes > 0 or #marks > 0 then
         aerospike:update(rec)
@@ -421,7 +417,7 @@ function unspend(rec, items, dah_height, retention)
     end
     if n > 0 then
         live_keys(rec, back, 1)
-        mark(rec, back, false)
+        mark(rec, back, 0)
         rec["utxos"] = ub
         rec["spentUtxos"] = (rec["spentUtxos"] or 0) - n
         rec["rev"] = (rec["rev"] or 0) + 1
@@ -440,9 +436,9 @@ end
 -- the delete-at-height goes back to `dah_was` while the record is as that spend left it (its
 -- `dah`, and its revision `gen`: every change the delete height depends on bumps `rev` — a
 -- spend, unspend, take-back, set-mined, state change or page report), and is settled by the
--- rule again (at `dah_height`) otherwise. A slot a block's spend marked (`blockSpent`) stays
--- spent, and counts in `kept`, unless `own` = 1: the take-back is that block spend call's own
--- (a transaction of the block refused by another parent), which clears the mark with the spend.
+-- rule again (at `dah_height`) otherwise. A slot holding a block call's token (`blockSpent`)
+-- stays spent, and counts in `kept`, unless the token is `own`: the take-back is that call's
+-- (a transaction of the block refused by another parent), and clears the token with the spend.
 function take_back(rec, items, dah_was, dah, dah_height, retention, gen, own)
     if not aerospike:exists(rec) then
         return err("TX_NOT_FOUND")
@@ -457,7 +453,8 @@ function take_back(rec, items, dah_was, dah, dah_height, retention, gen, own)
         local slot = items[i][1]
         local off = locate(s, slot)
         if off ~= nil and string.sub(s, off + HASH + 1, off + SLOT) == str(items[i][2]) then
-            if own ~= 1 and bit_set(held, slot) then
+            local t = token_of(held, slot)
+            if t ~= 0 and t ~= own then
                 kept = kept + 1
             else
                 bytes.set_string(ub, off + HASH + 1, UNSPENT)
@@ -468,7 +465,7 @@ function take_back(rec, items, dah_was, dah, dah_height, retention, gen, own)
     end
     if n > 0 then
         live_keys(rec, back, 1)
-        mark(rec, back, false)
+        mark(rec, back, 0)
         local untouched = rec["deleteAtHeight"] == dah and (gen == nil or (rec["rev"] or 0) == gen)
         rec["utxos"] = ub
         rec["spentUtxos"] = (rec["spentUtxos"] or 0) - n
