@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from stores.blob import open_blob_store
 from stores.state import open_state_store
 from stores.utxo import open_utxo_store
+from tests.aerospike_server import drop_set, needs_aerospike, new_url
 from tests.pipeline.conftest import drop_tables
 from tests.pipeline.trees import Tree, check_store, make_tree
 from workers.sequencer import Sequencer
@@ -33,25 +34,34 @@ def run_tree(tree: Tree, utxo_url: str, state_url: str, blobs: str) -> Sequencer
     return seq
 
 
-def run_and_check(seed: int, pg: str | None, **shape: int) -> None:
+BACKENDS = ["sqlite", "postgresql", pytest.param("aerospike", marks=needs_aerospike)]
+
+
+def run_and_check(seed: int, backend: str, pg: str | None = None, **shape: int) -> None:
     """Grow tree `seed` (of `shape`), apply it in its arrival order over fresh stores (SQLite in
-    a temporary directory, or the PostgreSQL database `pg`, its tables dropped first), check it."""
+    a temporary directory; the PostgreSQL database `pg`, its tables dropped first; or a fresh
+    Aerospike set, the state on SQLite), check it."""
     tree = make_tree(seed, **shape)
     with tempfile.TemporaryDirectory() as d:
-        if pg is None:
-            urls = (f"sqlite:///{d}/utxo.db", f"sqlite:///{d}/state.db")
-        else:
+        if backend == "postgresql":
+            assert pg is not None
             drop_tables(pg)
             urls = (pg, pg)
+        elif backend == "aerospike":
+            urls = (new_url(), f"sqlite:///{d}/state.db")
+        else:
+            urls = (f"sqlite:///{d}/utxo.db", f"sqlite:///{d}/state.db")
         seq = run_tree(tree, *urls, f"file://{Path(d)}/blobs")
         try:
             check_store(tree, seq.utxo, seq.state)
         finally:
             seq.utxo.close()
             seq.state.close()
+            if backend == "aerospike":
+                drop_set(None, urls[0])
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.timeout(600)
 def test_random_trees(backend: str, request: pytest.FixtureRequest) -> None:
     """The fixed seed set (Hypothesis' explicit examples only): 2-3 branches of up to 7 blocks."""
@@ -60,7 +70,7 @@ def test_random_trees(backend: str, request: pytest.FixtureRequest) -> None:
     @settings(phases=[Phase.explicit], deadline=None, database=None)
     @given(st.integers(min_value=0))
     def prop(seed: int) -> None:
-        run_and_check(seed, pg)
+        run_and_check(seed, backend, pg)
 
     for seed in SEEDS:
         prop = example(seed)(prop)
@@ -68,7 +78,7 @@ def test_random_trees(backend: str, request: pytest.FixtureRequest) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.timeout(3600)
 def test_random_larger_trees(backend: str, request: pytest.FixtureRequest) -> None:
     """SLOW_EXAMPLES seeds Hypothesis draws (derandomized: the same ones every run, so a failure
@@ -79,6 +89,6 @@ def test_random_larger_trees(backend: str, request: pytest.FixtureRequest) -> No
               suppress_health_check=[HealthCheck.too_slow])
     @given(st.integers(min_value=0, max_value=2**32))
     def prop(seed: int) -> None:
-        run_and_check(seed, pg, n_branches=4, max_len=9)
+        run_and_check(seed, backend, pg, n_branches=4, max_len=9)
 
     prop()
