@@ -46,7 +46,8 @@ def chain_with_rivals(
     return blocks, rivals
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+# one seed by default; four more in the slow set
+@pytest.mark.parametrize("seed", [1, *(pytest.param(k, marks=pytest.mark.slow) for k in range(2, 6))])
 def test_mempool_copies_and_rivals_racing_their_blocks(any_pipeline: Pipeline, seed: int) -> None:
     pipeline = any_pipeline
     rng = random.Random(seed)
