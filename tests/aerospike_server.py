@@ -14,6 +14,7 @@ import fcntl
 import itertools
 import os
 import time
+from collections.abc import Iterator
 from typing import IO, Any
 
 import pytest
@@ -80,3 +81,17 @@ def new_url(**params: str) -> str:
 def drop_set(_client: object, url: str) -> None:
     """Empty the set `url` names (one this test was handed)."""
     _empty(url.split("set=", 1)[1].split("&", 1)[0])
+
+
+def fresh_store(batch_size: int, blob_url: str, height: int | None = None) -> Iterator[Any]:
+    """A UTXO store (retention 288) on an empty set, at block `height` if given; its set is
+    emptied after (a generator: the body of a test's fixture)."""
+    from stores.utxo import open_utxo_store
+
+    url = new_url()
+    s = open_utxo_store(url, retention=288, batch_size=batch_size, blob_url=blob_url)
+    if height is not None:
+        s.set_block_height(height)
+    yield s
+    drop_set(None, url)
+    s.close()

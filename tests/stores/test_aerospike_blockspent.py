@@ -16,7 +16,7 @@ import pytest
 
 from chain import Tx
 from stores.utxo import SpendRejected
-from tests.aerospike_server import drop_set, needs_aerospike, new_url
+from tests.aerospike_server import fresh_store, needs_aerospike
 from tests.stores.helpers import child, created, funding, uhash
 from workers.conflicts import BLOCK_SPEND
 
@@ -26,14 +26,7 @@ HEIGHT = 101
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Any]:
-    from stores.utxo import open_utxo_store
-
-    url = new_url()
-    s = open_utxo_store(url, retention=288, batch_size=32, blob_url=f"file://{tmp_path}/blobs")
-    s.set_block_height(100)
-    yield s
-    drop_set(None, url)
-    s.close()
+    yield from fresh_store(32, f"file://{tmp_path}/blobs", height=100)
 
 
 def tokens(store: Any, tx: Tx) -> dict[int, int]:

@@ -12,7 +12,7 @@ import pytest
 
 from stores.utxo import UtxoMismatch
 from stores.utxo.kernel.outputs import REASSIGN_DELAY
-from tests.aerospike_server import drop_set, needs_aerospike, new_url
+from tests.aerospike_server import fresh_store, needs_aerospike
 from tests.stores.helpers import created, funding, uhash
 
 pytestmark = needs_aerospike
@@ -20,13 +20,7 @@ pytestmark = needs_aerospike
 
 @pytest.fixture
 def store() -> Iterator[Any]:
-    from stores.utxo import open_utxo_store
-
-    url = new_url()
-    s = open_utxo_store(url, retention=288, batch_size=4, blob_url="file:///tmp/utxoflow-reassign-blobs")
-    yield s
-    drop_set(None, url)
-    s.close()
+    yield from fresh_store(4, "file:///tmp/utxoflow-reassign-blobs")
 
 
 def test_a_reassign_that_died_before_noting_its_master_is_noted_by_the_next(store: Any) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from stores.utxo import SpendRejected
-from tests.aerospike_server import drop_set, needs_aerospike, new_url
+from tests.aerospike_server import fresh_store, needs_aerospike
 from tests.stores.helpers import child, created, funding
 
 pytestmark = needs_aerospike
@@ -21,14 +21,7 @@ pytestmark = needs_aerospike
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Any]:
-    from stores.utxo import open_utxo_store
-
-    url = new_url()
-    s = open_utxo_store(url, retention=288, batch_size=4, blob_url=f"file://{tmp_path}/blobs")
-    s.set_block_height(100)
-    yield s
-    drop_set(None, url)
-    s.close()
+    yield from fresh_store(4, f"file://{tmp_path}/blobs", height=100)
 
 
 def test_a_take_back_after_another_spend_of_the_batch_settles_the_delete_height_again(store: Any) -> None:
