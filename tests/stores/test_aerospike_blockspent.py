@@ -59,8 +59,9 @@ def before_take_back(store: Any, monkeypatch: pytest.MonkeyPatch, via: str, then
     monkeypatch.setattr(store.conn, via, hooked)
 
 
-def block_spends(store: Any, tx: Tx) -> None:
-    (r,) = store.spend_many([tx], HEIGHT, ignore=BLOCK_SPEND, by_block=True)
+def block_spends(store: Any, tx: Tx, by_block: bool = True) -> None:
+    """A block's spend of `tx`, which must go through (`by_block` off: as before the tokens)."""
+    (r,) = store.spend_many([tx], HEIGHT, ignore=BLOCK_SPEND, by_block=by_block)
     assert not isinstance(r, Exception), r
 
 
@@ -73,11 +74,7 @@ def test_a_refused_delivery_cannot_free_an_input_a_block_spent_meanwhile(
     store.set_locked([p2.txid], True)  # a delivery is refused there; a block's spend is not
     tx = child((p1, 0), (p2, 0))
 
-    def block() -> None:
-        (r,) = store.spend_many([tx], HEIGHT, ignore=BLOCK_SPEND, by_block=by_block)
-        assert not isinstance(r, Exception), r
-
-    before_take_back(store, monkeypatch, "apply_many", block)
+    before_take_back(store, monkeypatch, "apply_many", lambda: block_spends(store, tx, by_block))
     (got,) = store.spend_many([tx], HEIGHT)  # the delivery: spends p1, refused by p2
     assert isinstance(got, SpendRejected)
     assert spender_of(store, p2, 0) == tx.txid

@@ -49,11 +49,10 @@ class SpendMixin(CreateMixin):
         validate.height("block_height", block_height)
         batch = list(txs)
         height = self.height_for(block_height)
-        if missing_ok:
-            skip = {t.txid for t in batch}
-            return self.rules.spend_txs(batch, block_height, height, ignore, skip, by_block=by_block)
-        vouch = self._vouched
-        return self.rules.spend_txs(batch, block_height, height, ignore, vouch=vouch, by_block=by_block)
+        # missing parents: skipped for every tx when allowed, else for those their record vouches
+        skip = {t.txid for t in batch} if missing_ok else ()
+        vouch = None if missing_ok else self._vouched
+        return self.rules.spend_txs(batch, block_height, height, ignore, skip, vouch, by_block)
 
     def _vouched(self, txids: list[bytes]) -> set[bytes]:
         """Those of `txids` whose own record vouches for their inputs whose parent is gone."""
