@@ -28,12 +28,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
-
-import psycopg
-from psycopg import errors as pgerr
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stores.errors import ProcessingError, StorageError, StoreError
+
+if TYPE_CHECKING:
+    import psycopg
 
 T = TypeVar("T")
 log = logging.getLogger("utxoflow.sql")
@@ -114,6 +114,11 @@ class Database:
         self._undo: list[Callable[[], None]] = []  # run if `held` (or a savepoint of it) rolls back
         self._sqlite: sqlite3.Connection | None = None
         self._pg: psycopg.Connection[Any] | None = None
+        # what the driver raises (psycopg is imported only for PostgreSQL: every `utxo`
+        # command and worker on SQLite starts without it)
+        self._errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+        # … and in a unit, a value out of the driver's range too (`_failure`: the request's fault)
+        self._unit_errors: tuple[type[Exception], ...] = (sqlite3.Error, OverflowError)
         scheme = url.split("://", 1)[0].lower() if "://" in url else ""
         if scheme == "sqlite":
             self.dialect = "sqlite"
@@ -123,8 +128,12 @@ class Database:
             self._busy_ms = int(busy_timeout_s * 1000)
             self._open_sqlite(what, create, pragmas)
         elif scheme in PG_SCHEMES:
+            import psycopg
+
             self.dialect = "postgresql"
             self.path = ""
+            self._errors = (sqlite3.Error, psycopg.Error)
+            self._unit_errors = (*self._errors, OverflowError)
             self._dsn = url.replace("postgresql+psycopg://", "postgresql://", 1)
             # keys travel as one array parameter: one round trip per 10,000
             self.blob, self.bigint, self.for_update, self.key_chunk = "BYTEA", "BIGINT", " FOR UPDATE", 10_000
@@ -164,6 +173,8 @@ class Database:
             raise
 
     def _connect(self) -> psycopg.Connection[Any]:
+        import psycopg
+
         if self._pg is None or self._pg.closed or self._pg.broken:
             try:
                 self._pg = psycopg.connect(self._dsn, autocommit=True, connect_timeout=10)
@@ -301,10 +312,18 @@ class Database:
         if isinstance(e, sqlite3.OperationalError):
             msg = str(e).lower()
             return "locked" in msg or "busy" in msg
+        if self.dialect != "postgresql":
+            return False
+        from psycopg import errors as pgerr
+
         return isinstance(e, (pgerr.DeadlockDetected, pgerr.SerializationFailure, pgerr.LockNotAvailable))
 
     def _failure(self, what: str, e: BaseException) -> StoreError:
-        bad_value = isinstance(e, (OverflowError, pgerr.DataError))
+        bad_value = isinstance(e, OverflowError)
+        if self.dialect == "postgresql":
+            from psycopg import errors as pgerr
+
+            bad_value = bad_value or isinstance(e, pgerr.DataError)
         kind = self.invalid if bad_value else StorageError
         return kind(f"{what} failed in {self.url_safe}: {type(e).__name__}: {e}")
 
@@ -312,7 +331,11 @@ class Database:
         """The PostgreSQL connection is gone (terminated, server restarted, network): the next
         unit opens a new one."""
         pg = self._pg
-        return isinstance(e, psycopg.OperationalError) and pg is not None and (pg.broken or pg.closed)
+        if pg is None:  # (never opened: SQLite)
+            return False
+        import psycopg
+
+        return isinstance(e, psycopg.OperationalError) and (pg.broken or pg.closed)
 
     def _again(self, what: str, e: BaseException, delay: float) -> float:
         """Wait `delay` before trying a unit again (saying why, when the connection was lost);
@@ -340,7 +363,7 @@ class Database:
                 return out
             except StoreError:
                 raise
-            except (sqlite3.Error, psycopg.Error, OverflowError) as e:
+            except self._unit_errors as e:
                 again = self.transient(e) or ((idempotent or not committing) and self.lost(e))
                 if retry and again and attempt < self.max_retries:
                     delay = self._again(what, e, delay)
@@ -358,7 +381,7 @@ class Database:
                     return fn(cur)
             except StoreError:
                 raise
-            except (sqlite3.Error, psycopg.Error, OverflowError) as e:
+            except self._unit_errors as e:
                 if self.lost(e) and attempt < self.max_retries:
                     delay = self._again(what, e, delay)
                     continue
@@ -382,11 +405,13 @@ class Database:
                 finally:
                     conn.close()
                 return
+            import psycopg
+
             with psycopg.connect(self._dsn, connect_timeout=10) as pg, pg.cursor(name="stream") as pcur:
                 pcur.itersize = 5000
                 pcur.execute(self.q(sql), list(params))
                 yield from pcur
-        except (sqlite3.Error, psycopg.Error) as e:
+        except self._errors as e:
             raise StorageError(f"{what} failed in {self.url_safe}: {e}") from e
 
     def select_in(self, cur: Any, sql: str, keys: Sequence[Any], lock: bool = False) -> list[Row]:

@@ -30,7 +30,6 @@ from typing import Any
 import click
 
 from chain import hash_to_hex, parse_block
-from workers import commitment
 from workers.cli.app import BadInput, Context, cli, emit, log
 from workers.cli.progress import Reporter
 from workers.demochain import SNAPSHOT_HASH, SNAPSHOT_HEIGHT, DemoChain, block_hash, generate
@@ -261,6 +260,7 @@ class Demo:
     def check(self, chain: DemoChain) -> dict[str, Any]:
         """The store's confirmed view against the generator's model; the summary's figures."""
         from stores.state import BlockStatus
+        from workers import commitment  # (its MuHash's imports: only the commands that use it)
         from workers.services import services
 
         svc = services()

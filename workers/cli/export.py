@@ -30,7 +30,6 @@ import click
 from chain import hash_to_hex
 from stores.state import Commitment, StateStore
 from stores.utxo import Utxo, UtxoStore
-from workers import commitment
 from workers.cli.app import BadInput, Context, NotFound, OutputClosed, cli, emit
 from workers.cli.progress import Reporter
 from workers.cli.snapshot import Header
@@ -43,6 +42,8 @@ MOVED = "the chain moved while exporting: stop the workers or wait, then export 
 def kept_commitment(state: StateStore) -> tuple[Header, Commitment]:
     """The header of the tip and the commitment kept for it: NotFound without a tip, BadInput
     without a commitment."""
+    from workers import commitment  # (its MuHash's imports: only the commands that use it)
+
     tip = state.tip()
     if tip is None or tip.height is None:  # (an applied block always has its height)
         raise NotFound("no block has been applied yet: there is no confirmed set to export")
@@ -71,6 +72,8 @@ def written(
 
 def write_set(store: UtxoStore, out: IO[str], header: Header, advance: Callable[[int], None]) -> Commitment:
     """The header, then the store's confirmed set; the commitment of the lines written."""
+    from workers import commitment  # (its MuHash's imports: only the commands that use it)
+
     out.write(header.line())
     rows = store.iter_utxos(confirmed=True)
     try:
@@ -85,6 +88,8 @@ def write_set(store: UtxoStore, out: IO[str], header: Header, advance: Callable[
 
 def verify(state: StateStore, header: Header, kept: Commitment, made: Commitment) -> None:
     """BadInput unless the tip is still the header's block and what was written is its commitment."""
+    from workers import commitment  # (its MuHash's imports: only the commands that use it)
+
     after = state.tip()
     if after is None or after.hash != header.block_hash:
         raise BadInput(MOVED)

@@ -11,7 +11,6 @@ import click
 
 from chain import ParseError, hex_to_hash
 from stores.state import BlockStatus, StateStore
-from workers import commitment
 from workers.cli.app import BadInput, Context, NotFound, cli, emit
 from workers.cli.progress import Reporter, WaitProgress
 
@@ -136,6 +135,8 @@ def block_cmd(obj: Context, block_hash: str) -> None:
 
     An applied block also shows the confirmed set it left: "muhash" (MuHash3072 as Bitcoin Core's
     gettxoutsetinfo prints it), "utxos" and "satoshis"."""
+    from workers import commitment  # (its MuHash's imports: only the commands that use it)
+
     try:
         h = hex_to_hash(block_hash)
     except (ValueError, ParseError):

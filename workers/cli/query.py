@@ -12,7 +12,6 @@ import click
 from chain import hash_to_hex, hex_to_hash
 from chain.address import address_to_script
 from stores.utxo import ProcessingError, TxNotFound, UtxoStore, scripts
-from workers import commitment
 from workers.cli.app import BadInput, Context, NotFound, OutputClosed, cli, emit, log
 
 MAX_VOUT = 0xFFFFFFFF
@@ -233,6 +232,8 @@ def stats_cmd(obj: Context, hash_type: str, verify: bool) -> None:
 
 
 def _tip_commitment(obj: Context, verify: bool) -> dict[str, Any]:
+    from workers import commitment  # (its MuHash's imports: only the commands that use it)
+
     state = obj.open_state(create=False)
     try:
         tip = state.tip()

@@ -37,7 +37,6 @@ from chain import hash_to_hex, hex_to_hash, is_data_carrier
 from stores.state import Commitment
 from stores.utxo import TxExists, Utxo, UtxoStore
 from stores.utxo.validate import MAX_VOUT
-from workers import commitment
 from workers.cli.app import BadInput, Context, cli, emit
 from workers.cli.progress import Reporter
 from workers.settings import mask_url
@@ -146,6 +145,8 @@ def snapshot_block(header: Header | None, height: int | None, block_hash: bytes 
 
 def check_header(header: Header, found: Commitment, source: str) -> None:
     """BadInput naming each value of the header the entries do not give."""
+    from workers import commitment  # (its MuHash's imports: only the commands that use it)
+
     muhash = commitment.muhash_hex(found)
     wrong = [
         f"{what} {got} found, {want} expected" for what, got, want in (
@@ -233,6 +234,8 @@ class Spool:
         """Spool and check every line. With `hashed`, the commitment of what the import would
         write (`workers.commitment`), computed in the same pass; it means something only once
         the checks have passed (they refuse a duplicated output, which it would count twice)."""
+        from workers import commitment  # (its MuHash's imports: only the commands that use it)
+
         self.db.execute("BEGIN")
         entries = self._spool(lines, height, advance, first_line)
         found = commitment.of_utxos(entries) if hashed else None
@@ -386,6 +389,8 @@ def import_utxos_cmd(obj: Context, file: str, height: int | None, block_hash: st
     "data_carriers" the zero-satoshi OP_RETURN entries that never enter the UTXO set, "muhash"
     the set's commitment (kept in the state store for the snapshot's block).
     """
+    from workers import commitment  # (its MuHash's imports: only the commands that use it)
+
     given: bytes | None = None
     if block_hash is not None:
         try:
