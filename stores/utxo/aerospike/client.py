@@ -11,6 +11,10 @@ Invariants:
   of each module it registers there), never the working directory.
 - Every failure of the client surfaces as `StorageError` naming the URL without its password;
   a URL that cannot work is a `ValueError` naming the part that is wrong.
+- A namespace the store cannot use is refused when the connection opens, by name: one that
+  some node does not have, or one that forbids records with an expiry (`nsup-period 0` without
+  `allow-ttl-without-nsup`: Aerospike's default), since the lock records of two-phase creation
+  expire. Otherwise the first multi-record transaction would fail with a bare result code.
 """
 
 from __future__ import annotations
@@ -88,6 +92,22 @@ def parse_url(url: str) -> AerospikeUrl:
     )  # fmt: skip
 
 
+def namespace_problem(namespace: str, answers: dict[str, str]) -> str | None:
+    """Why the store cannot use `namespace`, from each node's answer to the info command
+    `namespace/NAMESPACE` (node name → `key=value;…`); None when it can."""
+    for node, text in sorted(answers.items()):
+        conf = dict(kv.split("=", 1) for kv in text.strip().split(";") if "=" in kv)
+        if conf.get("type") == "unknown" or "nsup-period" not in conf:
+            return f"node {node} has no namespace {namespace!r}"
+        if conf["nsup-period"] == "0" and conf.get("allow-ttl-without-nsup") != "true":
+            return (
+                f"namespace {namespace!r} forbids records with an expiry on node {node} (nsup-period 0), "
+                "and the lock records of two-phase creation expire: set nsup-period "
+                "(deploy/aerospike/aerospike.conf sets 10)"
+            )
+    return None
+
+
 def module_name(source: str) -> str:
     return "utxoflow_" + hashlib.sha256(source.encode()).hexdigest()[:12]
 
@@ -127,10 +147,24 @@ class Connection:
         self.namespace = self.parts.namespace
         self.set = self.parts.set
         try:
+            self._check_namespace()
             self.module = self._register()
         except BaseException:
             self.close()
             raise
+
+    def _check_namespace(self) -> None:
+        """StorageError naming what makes the namespace unusable (see the invariants)."""
+        from aerospike import exception as aex
+
+        try:
+            got = self.client.info_all(f"namespace/{self.namespace}")
+        except aex.AerospikeError as e:
+            raise StorageError(f"cannot read the namespace's settings at {self.url_safe}: {e.msg}") from e
+        answers = {node: text for node, (err, text) in got.items() if err is None and text is not None}
+        problem = namespace_problem(self.namespace, answers) if answers else "no node answered"
+        if problem is not None:
+            raise StorageError(f"the Aerospike cluster at {self.url_safe} cannot keep the store: {problem}")
 
     def _register(self) -> str:
         from aerospike import exception as aex
