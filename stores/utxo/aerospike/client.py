@@ -12,14 +12,17 @@ Invariants:
 - Every failure of the client surfaces as `StorageError` naming the URL without its password;
   a URL that cannot work is a `ValueError` naming the part that is wrong.
 - A namespace the store cannot use is refused when the connection opens, by name: one that
-  some node does not have, or one that forbids records with an expiry (`nsup-period 0` without
+  some node does not have; one (or a set) that gives records an expiry by default (`default-ttl`
+  not 0: every write without a TTL of its own, Lua updates too, would set the record to expire,
+  and UTXOs would vanish); one that forbids records with an expiry (`nsup-period 0` without
   `allow-ttl-without-nsup`: Aerospike's default), since the lock records of two-phase creation
-  expire. Otherwise the first multi-record transaction would fail with a bare result code.
+  expire (otherwise the first multi-record transaction fails with a bare result code).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -31,6 +34,7 @@ from urllib.parse import parse_qsl
 from stores.errors import StorageError
 from stores.sqldb import mask_url
 
+log = logging.getLogger("utxoflow.store")
 LUA_SOURCE = Path(__file__).with_name("utxoflow.lua")
 Key = tuple[str, str, bytearray]  # (namespace, set, user key): see `Connection.key`
 BATCH = 5000  # records per batch call: a bounded fan-out, whatever the caller hands in
@@ -92,18 +96,38 @@ def parse_url(url: str) -> AerospikeUrl:
     )  # fmt: skip
 
 
-def namespace_problem(namespace: str, answers: dict[str, str]) -> str | None:
-    """Why the store cannot use `namespace`, from each node's answer to the info command
-    `namespace/NAMESPACE` (node name → `key=value;…`); None when it can."""
+def _conf(text: str, sep: str) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in text.strip().rstrip(";").split(sep) if "=" in kv)
+
+
+def namespace_problem(
+    namespace: str, set_name: str, answers: dict[str, str], set_answers: dict[str, str]
+) -> str | None:
+    """Why the store cannot keep its records in `namespace` and `set_name`, from each node's
+    answer to the info commands `namespace/NS` (`key=value;…`) and `sets/NS/SET` (`key=value:…`;
+    empty for a set the node has not seen); None when it can."""
     for node, text in sorted(answers.items()):
-        conf = dict(kv.split("=", 1) for kv in text.strip().split(";") if "=" in kv)
+        conf = _conf(text, ";")
         if conf.get("type") == "unknown" or "nsup-period" not in conf:
             return f"node {node} has no namespace {namespace!r}"
+        if conf.get("default-ttl", "0") != "0":
+            return (
+                f"namespace {namespace!r} gives records an expiry by default on node {node} "
+                f"(default-ttl {conf['default-ttl']}), and the store's records must never expire: "
+                "set default-ttl 0"
+            )
         if conf["nsup-period"] == "0" and conf.get("allow-ttl-without-nsup") != "true":
             return (
                 f"namespace {namespace!r} forbids records with an expiry on node {node} (nsup-period 0), "
                 "and the lock records of two-phase creation expire: set nsup-period "
                 "(deploy/aerospike/aerospike.conf sets 10)"
+            )
+    for node, text in sorted(set_answers.items()):
+        ttl = _conf(text, ":").get("default-ttl", "0")
+        if ttl != "0":
+            return (
+                f"set {set_name!r} gives records an expiry by default on node {node} (default-ttl {ttl}), "
+                "and the store's records must never expire: set its default-ttl to 0"
             )
     return None
 
@@ -154,15 +178,25 @@ class Connection:
             raise
 
     def _check_namespace(self) -> None:
-        """StorageError naming what makes the namespace unusable (see the invariants)."""
+        """StorageError naming what makes the namespace or the set unusable (see the
+        invariants). A cluster that does not answer (a node going down in a rolling restart)
+        is not refused for that: the check is skipped, with a warning, and the store's own
+        requests meet whatever is wrong."""
         from aerospike import exception as aex
 
+        policy = {"timeout": self.parts.timeout_ms}
         try:
-            got = self.client.info_all(f"namespace/{self.namespace}")
+            got = self.client.info_all(f"namespace/{self.namespace}", policy)
+            sets = self.client.info_all(f"sets/{self.namespace}/{self.set}", policy)
         except aex.AerospikeError as e:
-            raise StorageError(f"cannot read the namespace's settings at {self.url_safe}: {e.msg}") from e
-        answers = {node: text for node, (err, text) in got.items() if err is None and text is not None}
-        problem = namespace_problem(self.namespace, answers) if answers else "no node answered"
+            log.warning("could not read the settings of namespace %r at %s (%s): not checked",
+                        self.namespace, self.url_safe, e.msg)
+            return
+        # (the client raises rather than report a node's error: every answer here is a node's)
+        problem = namespace_problem(
+            self.namespace, self.set, {n: a[1] or "" for n, a in got.items()},
+            {n: a[1] or "" for n, a in sets.items()},
+        )
         if problem is not None:
             raise StorageError(f"the Aerospike cluster at {self.url_safe} cannot keep the store: {problem}")
 

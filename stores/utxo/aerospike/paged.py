@@ -4,9 +4,10 @@ drives (`stores.utxo.twophase.PagedRecords`).
 Invariants:
 - A lock record is written create-only (key L ‖ txid), so of racing creators exactly one gets
   it. Whether it is live is its `expiresAt` (30 s + 2 s per record, at most 300 s); its record
-  TTL is a day longer, so that a recovery can still read a dead creator's options, and nsup
-  removes it after that. A lapsed lock (or one whose holder is a dead process of this host) is
-  removed under a generation check by the next acquirer, which then writes its own.
+  TTL is a day longer, so that a recovery can still read a dead creator's options; after that
+  the server treats it as gone (and nsup, when the namespace runs it, removes it). A lapsed
+  lock (or one whose holder is a dead process of this host) is removed under a generation
+  check by the next acquirer, which then writes its own.
 - Release removes only the caller's own lock (same holder and creation time), under a
   generation check, so a creator whose lock lapsed cannot release its successor's.
 - Pages are create-only and mirror their master's record-level fields (`codec.MIRRORED`, and
