@@ -7,16 +7,19 @@ AEROSPIKE_HOSTS."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from stores.errors import StorageError
 from stores.utxo import open_utxo_store
 from stores.utxo.aerospike.client import namespace_problem, parse_url
 from tests.aerospike_server import HOSTS, NAMESPACE, client, drop_set, needs_aerospike, new_url
 from tests.cli.conftest import run_utxo
+from tests.pipeline.workers import Pipeline, pipeline_fixture  # noqa: F401  (fixture)
 
 pytestmark = needs_aerospike
 MISSING = "utxoflow_no_such_namespace"
@@ -44,7 +47,7 @@ def url() -> Iterator[str]:
 
 
 def test_a_namespace_the_cluster_lacks_is_refused_at_open_by_name() -> None:
-    with pytest.raises(StorageError, match=f"has no namespace '{MISSING}'"):
+    with pytest.raises(ValueError, match=f"has no namespace '{MISSING}'"):
         open_utxo_store(f"aerospike://{HOSTS}/{MISSING}?set=t")
 
 
@@ -55,6 +58,18 @@ def test_the_cli_says_so_in_one_line_and_exits_2(tmp_path: Path) -> None:
     assert len(lines) == 1 and f"no namespace '{MISSING}'" in lines[0], r.err
 
 
+def test_a_worker_refuses_to_start_at_once_naming_it(pipeline: Pipeline) -> None:
+    """No waiting for UTXO_STORE_WAIT, as for a store not reachable yet: it cannot work."""
+    bad = {**pipeline.env, "UTXO_STORE_URL": f"aerospike://{HOSTS}/{MISSING}?set=t", "UTXO_STORE_WAIT": "60"}
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "workers.cli", "worker", "-n", "bad@test"], env=bad,
+                       cwd=pipeline.tmp, capture_output=True, text=True, timeout=60)
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2 and last.startswith("utxo: ") and "UTXO_STORE_URL" in last, r.stderr
+    assert "cannot work: the Aerospike cluster" in last and f"no namespace '{MISSING}'" in last, r.stderr
+    assert time.monotonic() - t < 30
+
+
 def test_a_set_that_expires_records_by_default_is_refused_and_passes_once_it_does_not(url: str) -> None:
     name = parse_url(url).set
     open_utxo_store(url).close()  # the set as the tests use it: accepted
@@ -62,7 +77,7 @@ def test_a_set_that_expires_records_by_default_is_refused_and_passes_once_it_doe
     assert set(answers(config + "100").values()) == {"ok\n"}
     try:
         refused = rf"set '{name}' gives records an expiry by default .*default-ttl 100"
-        with pytest.raises(StorageError, match=refused):
+        with pytest.raises(ValueError, match=refused):
             open_utxo_store(url)
     finally:
         assert set(answers(config + "0").values()) == {"ok\n"}

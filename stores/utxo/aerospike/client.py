@@ -16,7 +16,8 @@ Invariants:
   not 0: every write without a TTL of its own, Lua updates too, would set the record to expire,
   and UTXOs would vanish); one that forbids records with an expiry (`nsup-period 0` without
   `allow-ttl-without-nsup`: Aerospike's default), since the lock records of two-phase creation
-  expire (otherwise the first multi-record transaction fails with a bare result code).
+  expire (otherwise the first multi-record transaction fails with a bare result code). It is
+  a `ValueError`, as a URL that cannot work: a worker refuses to start rather than wait for it.
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ class Connection:
             raise
 
     def _check_namespace(self) -> None:
-        """StorageError naming what makes the namespace or the set unusable (see the
+        """ValueError naming what makes the namespace or the set unusable (see the
         invariants). A cluster that does not answer (a node going down in a rolling restart)
         is not refused for that: the check is skipped, with a warning, and the store's own
         requests meet whatever is wrong."""
@@ -197,8 +198,8 @@ class Connection:
             self.namespace, self.set, {n: a[1] or "" for n, a in got.items()},
             {n: a[1] or "" for n, a in sets.items()},
         )
-        if problem is not None:
-            raise StorageError(f"the Aerospike cluster at {self.url_safe} cannot keep the store: {problem}")
+        if problem is not None:  # (a ValueError, as a URL that cannot work: nothing to wait for)
+            raise ValueError(f"the Aerospike cluster at {self.url_safe} cannot keep the store: {problem}")
 
     def _register(self) -> str:
         from aerospike import exception as aex
