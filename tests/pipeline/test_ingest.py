@@ -3,14 +3,16 @@ its hash, size and bytes kept; the stored copy of a block is replaced only by a 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from chain import parse_block
+from chain import iter_blk_records, parse_block
 from stores.blob import open_blob_store
 from stores.blob.protocol import blob_key
 from tests.pipeline.chains import Chain, assemble
+from workers import forkmap, ingest
 from workers.blockindex import keep_block, stated_height
 from workers.ingest import CheckedBlock, InputError, read_blocks
 
@@ -70,3 +72,76 @@ def test_a_genuine_copy_replaces_a_corrupted_one_without_being_parsed_first(tmp_
     assert blobs.get(blob_key(blk.hash, "block")) == good
     keep_block(blobs, blk.hash, bad)  # a corrupted copy never replaces a genuine one
     assert blobs.get(blob_key(blk.hash, "block")) == good
+
+
+# -- a large input checked in several processes (workers.forkmap) -----------------------------
+BLK = "mainnet-1-255.blk"
+
+
+@pytest.fixture
+def parallel_from_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Check in several processes whatever the input's size (a real file of 255 mainnet blocks
+    is 58 KB: far below the size from which `utxo enqueue` forks)."""
+    monkeypatch.setattr(ingest, "PARALLEL_FROM_BYTES", 0)
+
+
+def blk_with(data: bytes, k: int, flip: int) -> bytes:
+    """The blk file with one byte of record k's block (1-based) flipped, `flip` bytes past its
+    header: a transaction that no longer matches the merkle root."""
+    off, _rec = list(iter_blk_records(data))[k - 1]
+    out = bytearray(data)
+    out[off + 80 + flip] ^= 1
+    return bytes(out)
+
+
+@pytest.mark.usefixtures("parallel_from_any_size")
+@pytest.mark.parametrize("processes", [2, 3, 8])
+def test_in_several_processes_the_blocks_and_the_refusals_are_those_of_one(
+    data_dir: Path, processes: int
+) -> None:
+    data = (data_dir / BLK).read_bytes()
+    one = read_blocks(data, BLK)
+    assert len(one) == 255 and read_blocks(data, BLK, processes) == one
+    text = b"".join(b.raw.hex().encode() + b"\n" for b in one)
+    assert read_blocks(text, "chain.hex", processes) == read_blocks(text, "chain.hex")
+    # a bad block in the last range, then one in a middle range too: the first is named, as by one
+    for bad in ([250], [130, 250], [3, 250]):
+        broken = data
+        for k in bad:
+            broken = blk_with(broken, k, 45)
+        with pytest.raises(InputError) as serial:
+            read_blocks(broken, BLK)
+        assert f"block {bad[0]} of 255" in str(serial.value)
+        with pytest.raises(InputError) as parallel:
+            read_blocks(broken, BLK, processes)
+        assert str(parallel.value) == str(serial.value)
+
+
+@pytest.mark.usefixtures("parallel_from_any_size")
+def test_a_child_that_dies_has_its_range_checked_here(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Fault injection: every forked child exits at once, before it answers; the answer is the
+    same, and nothing is said on stderr."""
+    data = (data_dir / BLK).read_bytes()
+    monkeypatch.setattr(forkmap, "_child", lambda *_a: os._exit(3))
+    assert read_blocks(data, BLK, 4) == read_blocks(data, BLK)
+    with pytest.raises(InputError, match="block 200 of 255"):
+        read_blocks(blk_with(data, 200, 45), BLK, 4)
+    assert capfd.readouterr().err == ""
+
+
+def test_a_child_whose_work_fails_says_nothing_and_its_range_is_done_here(
+    data_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A child's own exception (here: its range's work raising in the child only) leaves no
+    traceback on stderr; the parent does the range."""
+    parent = os.getpid()
+
+    def work(lo: int, hi: int) -> list[int]:
+        if os.getpid() != parent:
+            raise RuntimeError("a child's failure")
+        return list(range(lo, hi))
+
+    assert forkmap.map_ranges(10, 3, work) == list(range(10))
+    assert capfd.readouterr().err == ""

@@ -5,6 +5,7 @@ that cannot work, a broker that does not answer — each refused (exit 2) with n
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -65,7 +66,10 @@ def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
     def joins(svc: Services, blocks: list[CheckedBlock]) -> None:
         _check_joins(svc.utxo.snapshot_block(), blocks)
 
-    _enqueue(obj, files, read_blocks, "blocks", "blocks", one, joins)
+    def read(data: bytes, name: str) -> list[CheckedBlock]:  # a large file: checked on every core
+        return read_blocks(data, name, processes=min(os.cpu_count() or 1, 8))
+
+    _enqueue(obj, files, read, "blocks", "blocks", one, joins)
 
 
 @enqueue_group.command("tx")
