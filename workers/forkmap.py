@@ -6,6 +6,8 @@ Invariants:
   their results concatenated in order.
 - A child that dies or fails says nothing on stderr, and its range is done again here: the
   processes are a speed-up, never a new way to fail.
+- Output the caller had buffered is written once: multiprocessing flushes the standard streams
+  before it forks (a child flushes what it inherited as it exits).
 - Only forked children that inherit the caller's data (nothing but arguments by fork): call it
   before the process opens connections or starts threads (`utxo enqueue` checks its input
   before it opens the stores and the broker).

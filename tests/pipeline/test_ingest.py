@@ -4,6 +4,8 @@ its hash, size and bytes kept; the stored copy of a block is replaced only by a 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -145,3 +147,13 @@ def test_a_child_whose_work_fails_says_nothing_and_its_range_is_done_here(
 
     assert forkmap.map_ranges(10, 3, work) == list(range(10))
     assert capfd.readouterr().err == ""
+
+
+def test_output_buffered_before_the_fork_is_written_once() -> None:
+    """A child flushes the standard streams it inherited as it exits: what the caller had
+    buffered (stdout to a pipe is block-buffered) must not come out once per child."""
+    code = ("import sys\nfrom workers import forkmap\nprint('before', end='')\n"
+            "print(forkmap.map_ranges(6, 3, lambda lo, hi: list(range(lo, hi))))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert r.returncode == 0 and r.stdout == "before[0, 1, 2, 3, 4, 5]\n", (r.stdout, r.stderr)
