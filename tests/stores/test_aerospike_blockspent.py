@@ -153,3 +153,28 @@ def test_tokens_follow_the_slots_and_an_unspend_clears_them(store: Any) -> None:
     (got,) = store.spend_many([child((parent, 9), (frozen, 0))], HEIGHT)
     assert isinstance(got, SpendRejected) and spender_of(store, parent, 9) is None
     assert store.get(parent.txid).spent_utxos == 1  # `other`'s, marked
+
+
+def test_take_back_dead_keeps_what_a_block_spent_for_the_tx_meanwhile(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refused delivery of `tx` finds no record and frees what a dead attempt left; a block
+    makes the record and spends for `tx` between that look and the frees (`take_back_dead`
+    looks first, then calls per input). The block's token keeps its spend: nothing is freed."""
+    p1, p2 = funding(1), funding(1)
+    created(store, p1, p2, mined=True)
+    tx = child((p1, 0), (p2, 0))
+    (dead,) = store.spend_many([tx], HEIGHT)  # the attempt that died (held p1 and p2)
+    assert isinstance(dead, list)
+    real = store.rules.take_back_input
+
+    def the_block_first(*args: Any) -> Any:
+        monkeypatch.setattr(store.rules, "take_back_input", real)
+        created(store, tx, height=HEIGHT, mined=True)
+        block_spends(store, tx)  # finds both slots its tx's: marks them
+        return real(*args)
+
+    monkeypatch.setattr(store.rules, "take_back_input", the_block_first)
+    assert store.take_back_dead(tx) == 0
+    assert spender_of(store, p1, 0) == tx.txid and spender_of(store, p2, 0) == tx.txid
+

@@ -210,6 +210,33 @@ def test_unspends_agree(rules: Any, recs: dict[bytes, Record], items: list[tuple
     assert_same(stored(rules), kernel_state(py))
 
 
+@SETTINGS
+@given(
+    records(),
+    st.lists(st.tuples(st.integers(0, 1), st.sampled_from([0, 1, 2, 5]), st.booleans()), max_size=4),
+)
+def test_take_backs_agree(rules: Any, recs: dict[bytes, Record], items: list[tuple[int, int, bool]]) -> None:
+    """`take_back` of one spender's input: freed only while the slot holds that spender's data
+    (`right`: the slot's own spender and vin, where it has one; else another's)."""
+    load(rules, recs)
+    py = copy.deepcopy(recs)
+    want, got = [], []
+    for k, vout, right in items:
+        tx = PARENT_TXS[k]
+        op = (tx.txid, vout)
+        rec = py.get(tx.txid)
+        held = slots.decode(bytes(rec.utxos[vout * 68 : vout * 68 + 68])) if rec and vout < 3 else None
+        who, vin = (held[1], held[2]) if right and held and held[1] is not None else (OTHER, vout)
+        assert who is not None and vin is not None
+        want.append(spend.take_back(rec, op, who, vin, BATCH))
+        if rec is not None and "spent_utxos" in rec.dirty:
+            dah.apply_dah(rec, 150, RET)
+            rec.dirty.clear()
+        got.append(rules.take_back_input(op, who, vin, 150))
+    assert got == want
+    assert_same(stored(rules), kernel_state(py))
+
+
 VOUTS = st.sampled_from([0, 1, 2, 5])  # 5: past the record's outputs
 ALERTS = st.lists(
     st.tuples(st.sampled_from(["freeze", "unfreeze", "reassign"]), st.integers(0, 1), VOUTS, st.booleans()),

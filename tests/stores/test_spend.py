@@ -336,3 +336,56 @@ def test_rule_order_after_the_parent_checks(store: UtxoStore) -> None:
     with pytest.raises(SpendRejected) as e:
         store.spend(right, 150)
     assert isinstance(_only(e.value), UtxoFrozen)
+
+
+def test_spenders_reads_each_outputs_spender_alone(store: UtxoStore) -> None:
+    """`spenders`: the spender of each outpoint held (None: unspent or frozen); an outpoint of
+    a tx not in the store, or past its outputs, is left out."""
+    f = funding(4)
+    created(store, f)
+    a, b = child((f, 0)), child((f, 2))
+    store.spend_many([a, b], 101)
+    assert store.freeze([((f.txid, 3), uhash(f, 3))]) == [None]
+    absent = funding()
+    ops = [(f.txid, v) for v in range(5)] + [(absent.txid, 0)]
+    assert store.spenders(ops) == {
+        (f.txid, 0): a.txid, (f.txid, 1): None, (f.txid, 2): b.txid, (f.txid, 3): None
+    }
+    assert store.spenders([]) == {}
+
+
+
+def test_take_back_dead_frees_only_what_a_tx_with_no_record_holds(store: UtxoStore) -> None:
+    """An attempt of t died holding f:0 alone (its spend of g:0 undone here, as a refusal on
+    that parent would); t has no record. `take_back_dead(t)` frees f:0 — counts, delete-at-
+    height and script index as an unspend leaves them — and leaves g:0, which another holds."""
+    from hashlib import sha256
+
+    f, g = funding(2), funding(2)
+    created(store, f, g)
+    t = child((f, 0), (g, 0))
+    (spent,) = store.spend_many([t], 101)
+    assert isinstance(spent, list)
+    (back,) = store.unspend([s for s in spent if s.txid == g.txid])
+    assert back is None
+    other = child((g, 0))
+    store.spend(other, 101)
+    assert store.spenders([(f.txid, 0), (g.txid, 0)]) == {(f.txid, 0): t.txid, (g.txid, 0): other.txid}
+    assert store.take_back_dead(t) == 1
+    assert store.spenders([(f.txid, 0), (g.txid, 0)]) == {(f.txid, 0): None, (g.txid, 0): other.txid}
+    assert store.get(f.txid).spent_utxos == 0
+    items, _after = store.script_utxos(sha256(f.outputs[0].script).digest())
+    assert [(i.utxo.txid, i.utxo.vout) for i in items] == [(f.txid, 0)]
+    assert store.take_back_dead(t) == 0  # again: nothing of it left
+    assert store.spend(child((f, 0)), 101)  # the output is anyone's again
+
+
+def test_take_back_dead_leaves_a_tx_with_a_record_alone(store: UtxoStore) -> None:
+    f = funding(2)
+    created(store, f)
+    t = child((f, 0), (f, 1))
+    created(store, t)
+    store.spend(t, 101)
+    assert store.take_back_dead(t) == 0
+    assert store.spenders([(f.txid, 0), (f.txid, 1)]) == {(f.txid, 0): t.txid, (f.txid, 1): t.txid}
+    assert store.take_back_dead(funding()) == 0  # parents unknown: nothing to free

@@ -20,6 +20,7 @@ from stores.utxo import (
     BlockInfo,
     SpendRejected,
     SpendStatus,
+    StorageError,
     TxCreating,
     TxExists,
     UtxoFrozen,
@@ -71,6 +72,25 @@ def test_a_big_tx_spans_pages_and_reads_back_whole(paged: UtxoStore) -> None:
     for v in real_vouts(tx):
         o, want = outs[(tx.txid, v)], tx.outputs[v]
         assert (o.utxo_hash, o.satoshis, o.script) == (uhash(tx, v), want.satoshis, want.script)
+
+
+def test_spenders_reads_each_page_and_no_blob(paged: UtxoStore) -> None:
+    """`spenders` of a tx over several records: each output's spender from its own page, the
+    carrier and a vout past the end left out; it reads no output bytes, so it answers the same
+    with the blob gone (where `get_outputs` fails)."""
+    tx = big_tx(paged)
+    paged.create(tx, 100)
+    x, y = child((tx, 1), (tx, 9)), child((tx, 4))
+    paged.spend_many([x, y], 101)
+    want = {(tx.txid, v): None for v in real_vouts(tx)} | {
+        (tx.txid, 1): x.txid, (tx.txid, 9): x.txid, (tx.txid, 4): y.txid
+    }
+    ops = [(tx.txid, v) for v in range(N_OUT + 1)]
+    assert paged.spenders(ops) == want
+    paged.external.blobs.delete(blob_key(tx.txid, "tx"))  # type: ignore[attr-defined]
+    assert paged.spenders(ops) == want
+    with pytest.raises(StorageError):
+        paged.get_outputs(ops)
 
 
 def test_spends_on_every_page_keep_exact_counts(paged: UtxoStore) -> None:
@@ -317,8 +337,6 @@ def test_a_failed_phase_two_still_reports_success_and_recovery_finishes(
     """Fault injection: the database refuses the master's flag clear once (as if the connection
     dropped at that moment). Creation still succeeds — every record is written — and the
     transaction stays unspendable until a recovery path clears the flag."""
-    from stores.utxo import StorageError
-
     store = open_utxo_store(store_url, batch_size=PAGE, blob_url=f"file://{tmp_path}/blobs")
     real = store.clear_creating_master  # type: ignore[attr-defined]
     failures = iter([StorageError("database went away while clearing the flag")])

@@ -16,7 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from chain import Tx, hash_to_hex, parse_tx
@@ -26,7 +26,7 @@ from stores.utxo.aerospike import codec
 from stores.utxo.aerospike.base import BATCH
 from stores.utxo.aerospike.create import CreateMixin
 from stores.utxo.errors import Outpoint, ProcessingError, TxNotFound
-from stores.utxo.kernel.record import Record, meta_of
+from stores.utxo.kernel.record import Record, meta_of, spenders
 from stores.utxo.records import OutputInfo, SpendInfo, Standing, TxMeta, UtxoStats
 from stores.utxo.sql import codec as sql_codec
 from stores.utxo.sql.read import FIELDS
@@ -144,11 +144,7 @@ class ReadMixin(CreateMixin, UtxoView):
         masters = self._found(list(wanted), [*META_BINS, codec.RAW, codec.RAW_FORMAT])
         recs = {t: codec.from_bins(b) for t, b in masters.items()}
         size = self.batch_size
-        multi = [t for t, rec in recs.items() if rec.total_extra_recs]
-        keys = sorted({(t, v // size) for t in multi for v in wanted[t] if v >= size})
-        for (t, k), b in zip(keys, self._read_bins([self.key(t, k) for t, k in keys])):
-            if b is not None:  # a missing page: its outputs are not found
-                recs[t].pages[k] = codec.from_bins(b)
+        self._load_pages(recs, outpoints)
         out: dict[Outpoint, OutputInfo] = {}
         for t, rec in recs.items():
             spendable = rec.spendable()  # the master keeps every page's reassigned outputs
@@ -170,6 +166,23 @@ class ReadMixin(CreateMixin, UtxoView):
 
     def get_output(self, outpoint: Outpoint) -> OutputInfo | None:
         return self.get_outputs([outpoint]).get(outpoint)
+
+    def spenders(self, outpoints: Sequence[Outpoint]) -> dict[Outpoint, bytes | None]:
+        validate.outpoints(outpoints)
+        want = sorted(set(outpoints))
+        recs = {t: codec.from_bins(b) for t, b in self._found([t for t, _v in want], META_BINS).items()}
+        self._load_pages(recs, want)
+        return spenders(recs, want, self.batch_size)
+
+    def _load_pages(self, recs: dict[bytes, Record], want: Iterable[Outpoint]) -> None:
+        """Add to these masters the child pages that hold the outpoints `want` (a page that is
+        missing stays so: its outputs are not found)."""
+        size = self.batch_size
+        multi = {t for t, rec in recs.items() if rec.total_extra_recs}
+        keys = sorted({(t, v // size) for t, v in want if v >= size and t in multi})
+        for (t, k), b in zip(keys, self._read_bins([self.key(t, k) for t, k in keys])):
+            if b is not None:
+                recs[t].pages[k] = codec.from_bins(b)
 
     def get_spend(self, outpoint: Outpoint, utxo_hash: bytes) -> SpendInfo:
         """What a spend of the output in the next block would meet (`kernel.spend.spend_status`,

@@ -327,6 +327,19 @@ class Rules:
         self._report(key, res, dah_height)
         return None if out == 0 else verdict(out, op, "unspend", want=want)
 
+    def take_back_input(self, op: Outpoint, spender: bytes, vin: int, dah_height: int) -> bool:
+        """`kernel.spend.take_back` of one input: `op` freed only while it holds input `vin` of
+        `spender` and no block's token (the delete-at-height settled again by the rule)."""
+        key, res = self._call(
+            op, "take_back",
+            lambda slot: [[[slot, mine(spender, vin)]], None, None, dah_height, self.retention, -1, 0],
+            lambda r: r.get("code") == "TX_NOT_FOUND",
+        )
+        if "code" in res:
+            return False
+        self._report(key, res, dah_height)
+        return bool(res["n"])
+
     def get_spend(self, op: Outpoint, want: bytes, tip: int) -> SpendInfo:
         if op[1] >= self.batch_size and self._creating([op[0]]):
             return SpendInfo(SpendStatus.LOCKED)

@@ -72,6 +72,19 @@ class SpendMixin(CreateMixin):
             self._set_flag(there, "locked", 1, height)
         return [self.rules.unspend((s.txid, s.vout), s.utxo_hash, height) for s in spends]
 
+    def take_back_dead(self, tx: Tx) -> int:
+        """Free the inputs `tx` still holds while it has no record (the Lua `take_back`, the
+        kernel's `take_back` ported): its record is looked for first; a slot a block's spend
+        call marked is kept, so a block that made the record and spent for it meanwhile keeps
+        its spends. How many were freed."""
+        if tx.is_coinbase or self._exists([self.key(tx.txid)])[0]:
+            return 0
+        height = self.height_for()
+        return sum(
+            self.rules.take_back_input((i.prev_txid, i.prev_vout), tx.txid, vin, height)
+            for vin, i in enumerate(tx.inputs)
+        )
+
     def _set_flag(self, txids: Sequence[bytes], what: str, value: int, height: int) -> list[bool]:
         """`set_state` of the Lua module on each master, and on its child pages for the fields
         pages mirror (locked, conflicting); per txid, whether its record exists."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -222,3 +222,17 @@ def meta_of(rec: Record, tx: Tx | None = None) -> TxMeta:
         [] if log == "[]" else json.loads(log), [dc[i : i + 32] for i in range(0, len(dc), 32)] if dc else [],
         tx,
     ))  # fmt: skip
+
+
+def spenders(
+    recs: Mapping[bytes, Record], want: Iterable[tuple[bytes, int]], batch_size: int
+) -> dict[tuple[bytes, int], bytes | None]:
+    """The stored spender of each outpoint of `want` whose slot `recs` (masters with the pages
+    holding those outpoints) has: None while it is unspent (or frozen)."""
+    out: dict[tuple[bytes, int], bytes | None] = {}
+    for t, v in want:
+        rec = recs.get(t)
+        loc = rec.locate(v, batch_size) if rec is not None else None
+        if loc is not None:
+            out[(t, v)] = slots.decode(bytes(loc[0].utxos[loc[1] : loc[1] + SLOT]))[1]
+    return out

@@ -1,5 +1,6 @@
-"""Spending an output, taking a spend back, and what `get_spend` says of an output: the rules
-of Teranode's spend / unspend UDFs and GetSpend, over records read under lock.
+"""Spending an output, taking a spend back (whoever made it, or only a given spender's), and
+what `get_spend` says of an output: the rules of Teranode's spend / unspend UDFs and GetSpend,
+over records read under lock.
 
 A spend at `height` (the height of the block it is in: the store's tip + 1 for a mempool spend)
 checks, in this order; the first that fails names the input's error:
@@ -250,6 +251,22 @@ def unspend(parent: Record | None, op: Outpoint, want: bytes, batch_size: int) -
     if data != UNSPENT:
         parent.set_spending(rec, off, UNSPENT, -1)
     return None
+
+
+def take_back(parent: Record | None, op: Outpoint, spender: bytes, vin: int, batch_size: int) -> bool:
+    """Free `op` only while its slot holds input `vin` of `spender` (whose record the caller
+    found missing): what an attempt of it that died part-way left. A slot another spender or
+    nobody holds, or a record or output that is gone, is left alone; True when freed. (The Lua
+    module's `take_back` is its port, and keeps a slot a block's spend call marked.)"""
+    loc = parent.locate(op[1], batch_size) if parent is not None else None
+    if loc is None:
+        return False
+    assert parent is not None
+    rec, off = loc
+    if rec.utxos[off + 32 : off + SLOT] != slots.spending_data(spender, vin):
+        return False
+    parent.set_spending(rec, off, UNSPENT, -1)
+    return True
 
 
 def spend_status(parent: Record | None, op: Outpoint, want: bytes, tip: int, batch_size: int) -> SpendInfo:

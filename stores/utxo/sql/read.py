@@ -19,7 +19,7 @@ from stores.blob.protocol import BlobNotFound
 from stores.utxo import scripts, slots, validate
 from stores.utxo.errors import Outpoint, ProcessingError, TxNotFound
 from stores.utxo.kernel import spend
-from stores.utxo.kernel.record import MINED_SQL, Record, meta_of
+from stores.utxo.kernel.record import MINED_SQL, Record, meta_of, spenders
 from stores.utxo.records import OutputInfo, SpendInfo, Standing, TxMeta, UtxoStats
 from stores.utxo.scripts import ScriptUtxo
 from stores.utxo.sql import codec
@@ -149,6 +149,14 @@ class ReadMixin(PruneMixin, UtxoView, scripts.ScriptBalance):
                     rec.height(), rec.is_coinbase,
                 )
         return out
+
+    def spenders(self, outpoints: Sequence[Outpoint]) -> dict[Outpoint, bytes | None]:
+        validate.outpoints(outpoints)
+        want = sorted(set(outpoints))
+        recs = self.db.read("spenders", lambda cur: self._records(
+            cur, {t for t, _v in want}, lock=False, want=want, proj=codec.SPENDS
+        ))
+        return spenders(recs, want, self.batch_size)
 
     def get_output(self, outpoint: Outpoint) -> OutputInfo | None:
         return self.get_outputs([outpoint]).get(outpoint)

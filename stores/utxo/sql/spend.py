@@ -115,6 +115,32 @@ class SpendMixin(ReadMixin):
 
         return self.db.write("unspend", unit)
 
+    def take_back_dead(self, tx: Tx) -> int:
+        """Free the inputs `tx` still holds while it has no record (`kernel.spend.take_back`):
+        the parents are locked first and the record looked for after, in the same unit, so a
+        block's create and spend of it (which lock the same parents) come wholly before or
+        wholly after. How many were freed."""
+        if tx.is_coinbase:
+            return 0
+        ins = [((i.prev_txid, i.prev_vout), vin) for vin, i in enumerate(tx.inputs)]
+        height = self.height_for()
+
+        def unit(cur: Any) -> int:
+            ops = [op for op, _v in ins]
+            parents = self._records(cur, {t for t, _v in ops}, want=ops, proj=codec.SPENDS)
+            if self._records(cur, [tx.txid], lock=False, proj=codec.SPENDS):
+                return 0
+            freed = [
+                Spend(op[0], op[1], b"", tx.txid, vin) for op, vin in ins
+                if rules.take_back(parents.get(op[0]), op, tx.txid, vin, self.batch_size)
+            ]
+            self._apply_dah(parents.values(), height)
+            self._write(cur, parents.values())
+            self._index_unspent(cur, parents, freed)
+            return len(freed)
+
+        return self.db.write("take_back_dead", unit)
+
     # -- freeze / unfreeze / reassign -----------------------------------------------------------
     def _per_output(
         self,
