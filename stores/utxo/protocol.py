@@ -133,8 +133,12 @@ class UtxoStore(PagedRecords, Protocol):
         the same transaction from taking them back (see `stores.utxo.aerospike.rules`)."""
         ...
     def spend(self, tx: Tx, block_height: int, ignore: Ignore = NO_IGNORE) -> list[Spend]: ...
-    def unspend(self, spends: Sequence[Spend], lock_parents: bool = False) -> list[UtxoError | None]:
-        """Take back each spend whose output has the given UTXO hash, whoever made it."""
+    def unspend(
+        self, spends: Sequence[Spend], lock_parents: bool = False, exact: bool = False
+    ) -> list[UtxoError | None]:
+        """Take back each spend whose output has the given UTXO hash, whoever made it; with
+        `exact`, only while its slot still holds that spend's own spender and vin (and not one
+        the parent lists as pruned: `kernel.spend.take_back`), anything else left as it is."""
         ...
 
     def take_back_dead(self, tx: Tx) -> int:

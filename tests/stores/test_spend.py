@@ -19,6 +19,7 @@ from stores.utxo import (
     UtxoSpent,
     UtxoStore,
 )
+from stores.utxo.records import Spend
 from tests.stores.helpers import child, coinbase, created, funding, script, uhash
 
 
@@ -389,3 +390,37 @@ def test_take_back_dead_leaves_a_tx_with_a_record_alone(store: UtxoStore) -> Non
     assert store.take_back_dead(t) == 0
     assert store.spenders([(f.txid, 0), (f.txid, 1)]) == {(f.txid, 0): t.txid, (f.txid, 1): t.txid}
     assert store.take_back_dead(funding()) == 0  # parents unknown: nothing to free
+
+
+def test_an_exact_unspend_frees_only_the_spender_it_names(store: UtxoStore) -> None:
+    """`unspend(exact=True)`: a spend is taken back only while its slot still holds the spender
+    and vin it names; a slot another holds now (freed and taken meanwhile) stays theirs."""
+    f = funding(2)
+    created(store, f)
+    a, b = child((f, 0)), child((f, 1))
+    (sa,) = store.spend(a, 101)
+    (sb,) = store.spend(b, 101)
+    stale = Spend(sb.txid, sb.vout, sb.utxo_hash, a.txid, 0)  # names a, but b holds it
+    assert store.unspend([stale, sa], exact=True) == [None, None]
+    assert store.spenders([(f.txid, 0), (f.txid, 1)]) == {(f.txid, 0): None, (f.txid, 1): b.txid}
+    assert store.get(f.txid).spent_utxos == 1
+
+
+def test_a_pruned_spenders_spend_is_never_taken_back(store: UtxoStore) -> None:
+    """kid spent p:0, was mined, spent whole and pruned: p lists it among its deleted children.
+    Its spend there stands for good: neither `take_back_dead` (a replay of kid, which has no
+    record now) nor an exact unspend naming it frees p:0 (found by review: a replayed kid,
+    refused, freed p:0 for a double spend)."""
+    p = funding(3)
+    store.set_block_height(100)
+    created(store, p, mined=True)
+    kid = child((p, 0))
+    store.spend(kid, 101)
+    created(store, kid, height=101, mined=True)
+    store.spend(child((kid, 0)), 102)
+    dah = store.get(kid.txid).delete_at_height
+    assert dah is not None and store.delete_expired([kid.txid], dah) == 1
+    assert kid.txid in store.get(p.txid).deleted_children
+    assert store.take_back_dead(kid) == 0
+    assert store.unspend([Spend(p.txid, 0, uhash(p, 0), kid.txid, 0)], exact=True) == [None]
+    assert store.spenders([(p.txid, 0)]) == {(p.txid, 0): kid.txid}

@@ -41,6 +41,7 @@ UNMINED, CONFLICTING, CREATING = (codec.BINS[f] for f in ("unmined_since", "conf
 META_BINS = [*codec.BINS.values(), *codec.BLOCK_BINS, codec.PAGE_SPENT, codec.SPENDABLE_IN,
              codec.REASSIGNMENTS]  # fmt: skip
 MINED_BINS = [UNMINED, codec.BLOCK_BINS[0]]
+SLOT_BINS = ["txid", "utxos", "totalExtraRecs"]  # what finding an output's slot reads
 VIEW_BINS = [
     "txid", "utxos", "totalExtraRecs", "external", "coinbase", *codec.BLOCK_BINS, codec.RAW, codec.RAW_FORMAT,
     codec.BINS["deleted_children"],
@@ -170,7 +171,8 @@ class ReadMixin(CreateMixin, UtxoView):
     def spenders(self, outpoints: Sequence[Outpoint]) -> dict[Outpoint, bytes | None]:
         validate.outpoints(outpoints)
         want = sorted(set(outpoints))
-        recs = {t: codec.from_bins(b) for t, b in self._found([t for t, _v in want], META_BINS).items()}
+        found = self._found([t for t, _v in want], SLOT_BINS)
+        recs = {t: codec.from_bins(b) for t, b in found.items()}
         self._load_pages(recs, want)
         return spenders(recs, want, self.batch_size)
 

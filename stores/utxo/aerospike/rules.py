@@ -327,12 +327,13 @@ class Rules:
         self._report(key, res, dah_height)
         return None if out == 0 else verdict(out, op, "unspend", want=want)
 
-    def take_back_input(self, op: Outpoint, spender: bytes, vin: int, dah_height: int) -> bool:
+    def take_back_input(self, op: Outpoint, spender: bytes, vin: int, dah_height: int, own: int = 0) -> bool:
         """`kernel.spend.take_back` of one input: `op` freed only while it holds input `vin` of
-        `spender` and no block's token (the delete-at-height settled again by the rule)."""
+        `spender` and no block's token (`own` -1: whatever token), the delete-at-height
+        settled again by the rule."""
         key, res = self._call(
             op, "take_back",
-            lambda slot: [[[slot, mine(spender, vin)]], None, None, dah_height, self.retention, -1, 0],
+            lambda slot: [[[slot, mine(spender, vin)]], None, None, dah_height, self.retention, -1, own],
             lambda r: r.get("code") == "TX_NOT_FOUND",
         )
         if "code" in res:

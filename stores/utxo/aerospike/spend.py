@@ -59,9 +59,13 @@ class SpendMixin(CreateMixin):
         own = self._masters(txids, ["conflicting", "txid"])
         return {t for t, rec in own.items() if blesses(rec)}
 
-    def unspend(self, spends: Sequence[Spend], lock_parents: bool = False) -> list[UtxoError | None]:
+    def unspend(
+        self, spends: Sequence[Spend], lock_parents: bool = False, exact: bool = False
+    ) -> list[UtxoError | None]:
         """Take back each spend of an output whose UTXO hash is the one given, whoever made it;
-        `lock_parents` locks every parent touched (a conflict being swapped)."""
+        `lock_parents` locks every parent touched (a conflict being swapped); `exact`: only while
+        the slot holds that spend's own spender (the Lua `take_back`, whatever block token it
+        carries: the caller is a block)."""
         validate.outpoints((s.txid, s.vout) for s in spends)
         for s in spends:
             validate.hash32("utxo_hash", s.utxo_hash)
@@ -70,6 +74,11 @@ class SpendMixin(CreateMixin):
             parents = list(dict.fromkeys(s.txid for s in spends))
             there = [p for p, ok in zip(parents, self._exists([self.key(p) for p in parents])) if ok]
             self._set_flag(there, "locked", 1, height)
+        if exact:
+            for s in spends:
+                if s.spending_txid is not None and s.spending_vin is not None:
+                    self.rules.take_back_input((s.txid, s.vout), s.spending_txid, s.spending_vin, height, -1)
+            return [None] * len(spends)
         return [self.rules.unspend((s.txid, s.vout), s.utxo_hash, height) for s in spends]
 
     def take_back_dead(self, tx: Tx) -> int:

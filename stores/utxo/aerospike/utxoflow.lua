@@ -438,7 +438,10 @@ end
 -- spend, unspend, take-back, set-mined, state change or page report), and is settled by the
 -- rule again (at `dah_height`) otherwise. A slot holding a block call's token (`blockSpent`)
 -- stays spent, and counts in `kept`, unless the token is `own`: the take-back is that call's
--- (a transaction of the block refused by another parent), and clears the token with the spend.
+-- (a transaction of the block refused by another parent), and clears the token with the spend;
+-- `own` -1 takes back whatever token the slot holds (a block's exact unspend of a rival). A slot
+-- whose spender the record lists among its deleted children is never reverted: that spend was
+-- mined and pruned, for good (`kernel.spend.take_back`, which this also ports).
 function take_back(rec, items, dah_was, dah, dah_height, retention, gen, own)
     if not aerospike:exists(rec) then
         return err("TX_NOT_FOUND")
@@ -452,9 +455,11 @@ function take_back(rec, items, dah_was, dah, dah_height, retention, gen, own)
     for i = 1, list.size(items) do
         local slot = items[i][1]
         local off = locate(s, slot)
-        if off ~= nil and string.sub(s, off + HASH + 1, off + SLOT) == str(items[i][2]) then
+        local data = str(items[i][2])
+        if off ~= nil and string.sub(s, off + HASH + 1, off + SLOT) == data
+            and not is_deleted_child(rec, string.sub(data, 1, 32)) then
             local t = token_of(held, slot)
-            if t ~= 0 and t ~= own then
+            if t ~= 0 and t ~= own and own ~= -1 then
                 kept = kept + 1
             else
                 bytes.set_string(ub, off + HASH + 1, UNSPENT)

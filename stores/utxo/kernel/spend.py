@@ -254,16 +254,20 @@ def unspend(parent: Record | None, op: Outpoint, want: bytes, batch_size: int) -
 
 
 def take_back(parent: Record | None, op: Outpoint, spender: bytes, vin: int, batch_size: int) -> bool:
-    """Free `op` only while its slot holds input `vin` of `spender` (whose record the caller
-    found missing): what an attempt of it that died part-way left. A slot another spender or
-    nobody holds, or a record or output that is gone, is left alone; True when freed. (The Lua
-    module's `take_back` is its port, and keeps a slot a block's spend call marked.)"""
+    """Free `op` only while its slot holds input `vin` of `spender`: an exact take-back (what an
+    attempt of a tx with no record left; a block freeing a rival's spend). A slot another
+    spender or nobody holds, a spender the parent lists among its deleted children (mined and
+    pruned: that spend stands for good), or a record or output that is gone, is left alone;
+    True when freed. (The Lua module's `take_back` is its port, and keeps a slot a block's
+    spend call marked unless told otherwise.)"""
     loc = parent.locate(op[1], batch_size) if parent is not None else None
     if loc is None:
         return False
     assert parent is not None
     rec, off = loc
     if rec.utxos[off + 32 : off + SLOT] != slots.spending_data(spender, vin):
+        return False
+    if spender in parent.children("deleted_children"):
         return False
     parent.set_spending(rec, off, UNSPENT, -1)
     return True

@@ -88,10 +88,13 @@ class SpendMixin(ReadMixin):
             if "spent_utxos" in p.dirty:
                 apply_dah(p, height, self.retention)
 
-    def unspend(self, spends: Sequence[Spend], lock_parents: bool = False) -> list[UtxoError | None]:
+    def unspend(
+        self, spends: Sequence[Spend], lock_parents: bool = False, exact: bool = False
+    ) -> list[UtxoError | None]:
         """Take back each spend of an output whose UTXO hash is the one given, whoever made it
         (`kernel.spend.unspend`); per item, None or the error. `lock_parents` locks every parent
-        touched (a conflict being swapped: no one may spend them meanwhile)."""
+        touched (a conflict being swapped: no one may spend them meanwhile). `exact`: only the
+        spends whose slot still holds their own spender (`kernel.spend.take_back`)."""
         validate.outpoints((s.txid, s.vout) for s in spends)
         for s in spends:
             validate.hash32("utxo_hash", s.utxo_hash)
@@ -101,16 +104,23 @@ class SpendMixin(ReadMixin):
             parents = self._records(
                 cur, {s.txid for s in spends}, want=((s.txid, s.vout) for s in spends), proj=codec.SPENDS
             )
-            out = [
-                rules.unspend(parents.get(s.txid), (s.txid, s.vout), s.utxo_hash, self.batch_size)
-                for s in spends
-            ]
+            if exact:
+                out: list[UtxoError | None] = [None] * len(spends)
+                freed = [s for s in spends if s.spending_txid is not None and s.spending_vin is not None
+                         and rules.take_back(parents.get(s.txid), (s.txid, s.vout), s.spending_txid,
+                                             s.spending_vin, self.batch_size)]  # fmt: skip
+            else:
+                out = [
+                    rules.unspend(parents.get(s.txid), (s.txid, s.vout), s.utxo_hash, self.batch_size)
+                    for s in spends
+                ]
+                freed = [s for s, e in zip(spends, out) if e is None]
             self._apply_dah(parents.values(), height)
             if lock_parents:
                 for p in parents.values():
                     state.set_locked(p, True, height, self.retention)
             self._write(cur, parents.values())
-            self._index_unspent(cur, parents, [s for s, e in zip(spends, out) if e is None])
+            self._index_unspent(cur, parents, freed)
             return out
 
         return self.db.write("unspend", unit)
