@@ -416,8 +416,10 @@ class BlockApplier(Conflicts):
                 spender = e.spending_txid
                 parent = e.outpoint[0] if e.outpoint is not None else tx.inputs[vin].prev_txid
                 self._refuse_if_ours(where, spender, parent, in_block, str(e))
-                if conflicts:
+                if conflicts and self.utxo.existing([spender]):
                     self.make_conflicting([spender])
+                elif conflicts:  # no record: nothing to mark, the outputs are taken over
+                    self.take_over(spender, [e.outpoint or (parent, tx.inputs[vin].prev_vout)])
                 else:
                     verdict = "defer"
             elif isinstance(e, TxCreating):
@@ -448,8 +450,8 @@ class BlockApplier(Conflicts):
         """Mined on this chain, or pruned after it was: only records mined on the chain are
         pruned, and the pruner lists each on its parents' deleted children. A spender with no
         record that `parent` does not list is a mempool transaction between its spend and its
-        record (or whose worker died there): not the chain's, and never a reason to refuse a
-        block for good (it is made conflicting once its record is there)."""
+        record (or whose attempt died there): not the chain's, and never a reason to refuse a
+        block (`take_over` frees what it holds)."""
         if self.utxo.mined([txid]):
             return True
         if self.utxo.existing([txid]):

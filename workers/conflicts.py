@@ -10,7 +10,12 @@ Invariants:
   spends ignore that lock. The parents are unlocked once the phase has succeeded, or by the
   take-back after it has given the conflicting transactions their spends back.
 - A spend takes back only what a transaction itself spent: an output is freed only while its
-  stored spender is that transaction (the store's unspend goes by UTXO hash, whoever spent).
+  stored spender is that transaction, checked in the write itself (the store's exact unspend),
+  and never where the parent lists it as pruned.
+- A spender with no record (a mempool tx between its spend and its record, or a dead attempt
+  whose delivery was refused) loses the outputs a block spends the same way (`take_over`); if
+  its record appears, it is made conflicting, by the block or by its own delivery, which reads
+  its inputs again after making the record.
 - Everything is idempotent: a swap cut short by a crash is found again from the same roots
   and finished.
 """
@@ -101,10 +106,9 @@ class Conflicts:
 
     def release(self, txs: Sequence[Tx], lock: bool = False) -> None:
         """Take back the spends these transactions made, and only theirs: an output is freed
-        while its stored spender is the transaction (the store's unspend goes by UTXO hash,
-        whoever spent) and not one its parent lists as pruned (a replay of a pruned tx has the
-        pruned one's txid: the spend there is the old one's). `lock` locks the parents it
-        frees outputs of."""
+        while its stored spender is the transaction (`_free`) and not one its parent lists as
+        pruned (a replay of a pruned tx has the pruned one's txid: the spend there is the old
+        one's). `lock` locks the parents it frees outputs of."""
         by: dict[tuple[bytes, int], set[tuple[bytes, int]]] = {}  # outpoint → who may have spent it
         for t in txs:
             if not t.is_coinbase:
@@ -112,21 +116,48 @@ class Conflicts:
                     by.setdefault((i.prev_txid, i.prev_vout), set()).add((t.txid, vin))
         for part in chunks(sorted(by), self.chunk * 2):
             outs = self.utxo.get_outputs(list(part))
-            mine = [
+            self._free([
                 Spend(op[0], op[1], o.utxo_hash, o.spending_txid, o.spending_vin)
                 for op, o in sorted(outs.items())
                 if o.spending_txid is not None and o.spending_vin is not None
                 and (o.spending_txid, o.spending_vin) in by[op]
-            ]
-            if mine:  # a spender that was pruned (a replay of it) spent there for good
-                parents = sorted({s.txid for s in mine})
-                pruned = {
-                    (p, c) for p in parents for c in self.utxo.get(p, ["deleted_children"]).deleted_children
-                }
-                mine = [s for s in mine if (s.txid, s.spending_txid) not in pruned]
-            for s, err in zip(mine, self.utxo.unspend(mine, lock_parents=lock) if mine else []):
-                if err is not None:
-                    raise StorageError(f"taking back the spend of {hash_to_hex(s.txid)}:{s.vout}: {err}")
+            ], lock)
+
+    def _free(self, mine: list[Spend], lock: bool) -> None:
+        """Take these spends back (read just before) exactly: each only while its slot still
+        holds its spender, and never one its parent lists as pruned (a replay of it: the spend
+        there is for good) — `kernel.spend.take_back`. Between the read and the write, the slot
+        may have been freed and taken by another, whose spend must stand."""
+        for s, err in zip(mine, self.utxo.unspend(mine, lock_parents=lock, exact=True) if mine else []):
+            if err is not None:
+                raise StorageError(f"taking back the spend of {hash_to_hex(s.txid)}:{s.vout}: {err}")
+
+    def take_over(self, spender: bytes, outpoints: Sequence[tuple[bytes, int]]) -> None:
+        """The block spends `outpoints`, which `spender` holds with no record of its own: a
+        mempool tx between its spend and its record, or whose attempt died there and whose
+        delivery was then refused (on a store whose spend is not one unit across records,
+        nothing else ever frees those). The block wins as over any mempool tx: the outputs are
+        freed while still held by it, their parents locked (noted in the undo record first,
+        as `make_conflicting` does). Then, if its record has appeared meanwhile, it is made
+        conflicting; the mempool side reads its inputs again after making its record
+        (`workers.mempool.apply_tx`), so one of the two sees the other."""
+        parents = self._unlocked(sorted({p for p, _v in outpoints}))
+        if self._undo is not None and parents:
+            locked = self._undo.setdefault("locked", [])
+            locked += [p.hex() for p in parents if p.hex() not in locked]
+            self._keep_undo()
+        outs = self.utxo.get_outputs(list(outpoints))
+        held = [
+            Spend(op[0], op[1], o.utxo_hash, spender, o.spending_vin)
+            for op, o in sorted(outs.items())
+            if o.spending_txid == spender and o.spending_vin is not None
+        ]
+        self._free(held, lock=True)
+        if held:
+            log.info("tx %s, with no record, held %d output(s) a block spends: taken over",
+                     hash_to_hex(spender), len(held))
+        if self.utxo.existing([spender]):
+            self.make_conflicting([spender])
 
     def _unlocked(self, txids: list[bytes]) -> list[bytes]:
         """Those of `txids` the store holds and that are not locked (a swap unlocks only what

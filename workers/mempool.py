@@ -2,34 +2,104 @@
 spend them, then its record created unmined — what the `utxoflow.tx.arrived` task does and what
 the recovery manager does again for a tx whose record never appeared.
 
-Invariants: both steps are idempotent (the same spender again succeeds; a second create is
-TxExists), so applying a tx twice, or after a crash between the steps, ends the same; a refused
-spend leaves none of its own new spends behind (the store's all-or-nothing spend; on
-Aerospike, but a slot a block's spend of the same tx holds meanwhile, and what an attempt that
-died between the store's per-record calls left: stores/utxo/aerospike/rules.py).
+Invariants:
+- Both steps are idempotent (the same spender again succeeds; a second create is TxExists), so
+  applying a tx twice, or after a crash between the steps, ends the same.
+- A refused spend leaves none of its own new spends behind (the store's all-or-nothing spend;
+  on Aerospike, but a slot a block's spend of the same tx holds meanwhile:
+  stores/utxo/aerospike/rules.py). A spend refused for good, of a tx with no record, also frees
+  what an earlier attempt that died left, between its spend and its record (or, on Aerospike,
+  between two parents' records): `take_back_dead` frees only slots holding the tx's own spend,
+  and only while it has no record. If its record appears meanwhile (a delivery beside this
+  one), that record's inputs are held again as below.
+- A tx whose record is made holds every input when this returns, or is conflicting, or the
+  answer is a refusal that may pass (a parent locked by a block's swap: the task tries again): a
+  block may take outputs from a spender with no record yet (`workers.conflicts.take_over`,
+  which looks for the record again after), so the inputs are read again once the record is
+  there; one lost meanwhile is spent again, and if that is refused the tx is made conflicting.
+  A refused delivery of a tx that has a record does the same.
 """
 
 from __future__ import annotations
 
 from chain import Tx
 from stores.errors import StoreError
-from stores.utxo import SpendRejected, TxExists, TxLocked, TxNotFound, UtxoError, UtxoStore
+from stores.utxo import SpendRejected, TxConflicting, TxExists, TxLocked, TxNotFound, UtxoError, UtxoStore
+from stores.utxo.twophase import park
+from workers.conflicts import Conflicts
 
 
 def apply_tx(utxo: UtxoStore, tx: Tx) -> UtxoError | bool:
     """Spend `tx`'s inputs and create its record; the spend's refusal, or, the tx being in the
     store, whether this call made its record (False: it was there: a redelivery, a tx sent
-    twice). Raises StorageError when the store fails (nothing is then known)."""
+    twice). A refusal for good frees what an attempt of it that died left, and holds the
+    inputs of its record where there is one (see the module). Raises StorageError when the
+    store fails (nothing is then known)."""
     height = utxo.current_height()  # unmined since the tip; it spends as the next block would
     (spent,) = utxo.spend_many([tx], height + 1) if not tx.is_coinbase else ([],)
     if isinstance(spent, UtxoError):
-        return spent
+        return spent if waiting_for_parents(spent) else _refused(utxo, tx, height, spent)
+    park("tx_spent")  # test-only: a crash test kills the worker here, its spends made
+    return make_record(utxo, tx, height)
+
+
+def _refused(utxo: UtxoStore, tx: Tx, height: int, refusal: UtxoError) -> UtxoError:
+    """A spend refused for good. Whatever of it a dead attempt left is freed while it has no
+    record (only if it holds any: a double spend's refusal costs one read), and a record of it
+    that exists (made before, or beside this delivery meanwhile) holds its inputs again or is
+    made conflicting. The refusal, or one that may pass (a parent locked a moment) for a retry."""
+    ops = [(i.prev_txid, i.prev_vout) for i in tx.inputs]
+    if tx.txid in utxo.spenders(ops).values():
+        utxo.take_back_dead(tx)
+    if utxo.existing([tx.txid]):
+        held = hold_inputs(utxo, tx, height)
+        if held is not None and waiting_for_parents(held):
+            return held
+    return refusal
+
+
+def make_record(utxo: UtxoStore, tx: Tx, height: int) -> UtxoError | bool:
+    """The second half of `apply_tx`, its inputs spent: create the record, then make sure the
+    tx holds its inputs (`hold_inputs`): its refusal when it lost one."""
     (made,) = utxo.create_many([tx], height)
-    if isinstance(made, TxExists):
-        return False
-    if isinstance(made, StoreError):
+    if isinstance(made, StoreError) and not isinstance(made, TxExists):
         raise made
-    return True
+    lost = hold_inputs(utxo, tx, height)
+    return lost if lost is not None else not isinstance(made, TxExists)
+
+
+def hold_inputs(utxo: UtxoStore, tx: Tx, height: int) -> UtxoError | None:
+    """`tx` has a record: read who holds its inputs. One that is not its own any more is spent
+    again (freed meanwhile, taken by no one). When that is refused for good, the tx is made
+    conflicting (its other spends released), and TxConflicting given; when it may pass (a
+    parent locked by a block's swap), that refusal is given and nothing changed, for a retry
+    (the swap ends with the output the block's, or free again). A conflicting tx is left
+    alone: its spends were released on purpose."""
+    if tx.is_coinbase:
+        return None
+    ops = [(i.prev_txid, i.prev_vout) for i in tx.inputs]
+    held = utxo.spenders(ops)  # (a parent gone since is no loss: it was mined and pruned)
+    if all(op not in held or held[op] == tx.txid for op in ops):
+        return None
+    if utxo.get(tx.txid, ["conflicting"]).conflicting:
+        return None
+    (again,) = utxo.spend_many([tx], height + 1)
+    if not isinstance(again, UtxoError):
+        return None
+    if waiting_for_parents(again):
+        return again
+    _Loser(utxo).make_conflicting([tx.txid], lock=False)
+    return TxConflicting(
+        f"tx {tx.txid_hex} lost an input after its spend, to a block or another spender: {again}",
+        txid=tx.txid,
+    )
+
+
+class _Loser(Conflicts):
+    """Conflict marking outside a block: no undo record, no parents locked."""
+
+    def __init__(self, utxo: UtxoStore) -> None:
+        self.utxo, self.chunk, self._undo, self._save = utxo, 1000, None, None
 
 
 def waiting_for_parents(refused: UtxoError) -> bool:

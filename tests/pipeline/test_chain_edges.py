@@ -3,8 +3,8 @@ the chain; two ancestors arriving before a rebase; a crash at any depth of a dis
 conflict swap; a disconnection never writing into another block's undo record; blocks refused
 for what blocks not seen yet would answer (outputs, a parent mined), with their descendants,
 while the chain's start is unknown — placed again when those arrive; a genesis arriving below a
-known start; a rebase long after the start, its undo records kept; a block spending what a
-mempool tx spent before its record was made (not refused: it waits for the record)."""
+known start; a rebase long after the start, its undo records kept. (A block spending what a
+mempool tx spent before its record was made: test_takeover.py.)"""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from chain import iter_blk_records, parse_block
-from stores.errors import StorageError
 from stores.state import BlockStatus
 from stores.utxo import twophase
 from tests.pipeline.chains import SNAPSHOT_HASH, SNAPSHOT_HEIGHT, Chain, spend
@@ -252,29 +251,3 @@ def test_a_rebase_long_after_the_start_finds_every_undo_record(
     finally:
         seq.utxo.close()
         seq.state.close()
-
-
-def test_a_block_spending_what_a_mempool_tx_spent_before_its_record_is_not_refused(
-    seq: Sequencer,
-) -> None:
-    """A mempool tx m spent o, and its worker died before making its record (or the block came
-    between the two). A block mining r, which spends o too, is not refused for good: m is not
-    the chain's (it is neither mined nor listed by o's parent as pruned). The block waits until
-    m's record is there (its delivery again, or the recovery manager), then m is conflicting."""
-    w = World(seq)
-    o = (w.funds[1], 0)
-    m, r = spend(o), spend(o, fee=2000)
-    height = seq.utxo.current_height()
-    (spent,) = seq.utxo.spend_many([m], height + 1)  # the first half of `mempool.apply_tx`
-    assert isinstance(spent, list)
-    raw = w.chain.add([r])
-    w.txs[r.txid] = r
-    with pytest.raises(StorageError):
-        seq.submit(raw)
-    assert status(seq, raw) is not BlockStatus.INVALID
-    (made,) = seq.utxo.create_many([m], height)  # the second half, done again
-    assert not isinstance(made, Exception)
-    seq.advance()
-    assert status(seq, raw) is BlockStatus.APPLIED
-    assert seq.utxo.get(m.txid).conflicting
-    w.check()

@@ -178,3 +178,34 @@ def test_take_back_dead_keeps_what_a_block_spent_for_the_tx_meanwhile(
     assert store.take_back_dead(tx) == 0
     assert spender_of(store, p1, 0) == tx.txid and spender_of(store, p2, 0) == tx.txid
 
+
+def test_a_record_made_beside_a_refused_delivery_holds_its_inputs_again(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same window with a delivery beside the refused one: it made the record (its inputs
+    all its own when it looked) before the refused delivery freed one. `apply_tx` looks for
+    the record after freeing, finds it, and spends the freed input again for it."""
+    from workers.mempool import apply_tx
+
+    p1, p2 = funding(1), funding(1)
+    created(store, p1, p2, mined=True)
+    tx = child((p1, 0), (p2, 0))
+    (dead,) = store.spend_many([tx], HEIGHT)
+    assert isinstance(dead, list)
+    assert store.unspend([s for s in dead if s.txid == p2.txid]) == [None]  # died after p1 only
+    rival = child((p2, 0))
+    (held,) = store.spend_many([rival], HEIGHT)  # a rival's brief hold of p2
+    assert isinstance(held, list)
+    real = store.rules.take_back_input
+
+    def the_other_delivery(*args: Any) -> Any:
+        monkeypatch.setattr(store.rules, "take_back_input", real)
+        assert store.unspend(held) == [None]  # the rival's hold ends (it was refused)
+        assert apply_tx(store, tx) is True  # the delivery beside: spends p2, makes the record
+        return real(*args)
+
+    monkeypatch.setattr(store.rules, "take_back_input", the_other_delivery)
+    refused = apply_tx(store, tx)  # p2 is the rival's: refused, and frees p1 (no record yet)
+    assert isinstance(refused, SpendRejected)
+    assert spender_of(store, p1, 0) == tx.txid and spender_of(store, p2, 0) == tx.txid
+    assert not store.get(tx.txid).conflicting

@@ -17,14 +17,17 @@ Invariants:
   through. Neither can free an input that the later block call relies on. A refused block
   call leaves its token on the slots it found (it takes back only what it spent) until the
   block spends that transaction again or its rollback releases it.
-- Not yet kept: a process that dies between spend and take-back leaves the spends it made, and
-  an attempt delivered again finds them its own (not new) and so, if it is refused, does not
-  take them back. Taking back every slot that names the transaction when it is refused is not
-  the fix: a slot names a spender, not an attempt, so a refused delivery would take back what a
-  delivery running beside it spent (after a rival's brief hold of one input ended), even after
-  that one made the record. One delivery of a txid at a time (a lease around spend and create)
-  was tried and reverted for its own races (a put-back after a refused block's rollback, a
-  holder outliving its lease); the block tokens above are the part of it that hold on their own.
+- A process that dies between spend and take-back leaves the spends it made, and an attempt
+  delivered again finds them its own (not new), so its own take-back, if it is refused, does
+  not revert them. The refused delivery then frees the slots still holding the transaction's
+  spend while it has no record (`take_back_input`, never a slot a block's call marked), and
+  looks for the record again after: a delivery beside it that spent everything meanwhile (a
+  rival's brief hold ended) and made the record gets its inputs held again or is made
+  conflicting (`workers.mempool`). A block that needs one first takes it over
+  (`workers.conflicts.take_over`). One delivery of a txid at a time (a lease around spend and
+  create) was tried and reverted for its own races (a put-back after a refused block's
+  rollback, a holder outliving its lease); the block tokens above are the part of it that hold
+  on their own.
 - A child page's master takes the page's spent count after every call that ran on the page
   (`page_spent`, idempotent by the page's revision), so a report lost with a dying process is
   made by the next call there.
