@@ -17,7 +17,8 @@ Invariants:
   (`workers.conflicts`); spent by a transaction mined on this chain (or by another transaction
   of the same block) the block is refused. A spender with no record is the chain's only when
   the output's parent lists it as pruned; otherwise it is a mempool transaction between its
-  spend and its record, and the block waits for that record (a retry) rather than be refused.
+  spend and its record (or whose attempt died there), and the block takes the outputs it
+  needs over (`workers.conflicts.take_over`) rather than be refused or wait.
 - An input whose parent record is gone fails a transaction this block creates ("spends a
   missing output", unless missing inputs are allowed); one of a transaction the store held
   already spent it long ago (the store leaves such an input out of its spends).

@@ -47,7 +47,9 @@ def _refused(utxo: UtxoStore, tx: Tx, height: int, refusal: UtxoError) -> UtxoEr
     """A spend refused for good. Whatever of it a dead attempt left is freed while it has no
     record (only if it holds any: a double spend's refusal costs one read), and a record of it
     that exists (made before, or beside this delivery meanwhile) holds its inputs again or is
-    made conflicting. The refusal, or one that may pass (a parent locked a moment) for a retry."""
+    made conflicting. The refusal, or one that may pass (a parent locked a moment) for a retry.
+    (A record that holds every input again is still answered with the refusal: this delivery
+    was refused; the record stands, and the recovery manager keeps checking it.)"""
     ops = [(i.prev_txid, i.prev_vout) for i in tx.inputs]
     if tx.txid in utxo.spenders(ops).values():
         utxo.take_back_dead(tx)
@@ -56,6 +58,22 @@ def _refused(utxo: UtxoStore, tx: Tx, height: int, refusal: UtxoError) -> UtxoEr
         if held is not None and waiting_for_parents(held):
             return held
     return refusal
+
+
+def give_up(utxo: UtxoStore, tx: Tx, refusal: UtxoError) -> None:
+    """A refusal that might have passed is final now (its parents never came, a lock never
+    lifted): settle it as one for good — what a dead attempt of it left is freed, a record of
+    it holds its inputs or is conflicting."""
+    if not tx.is_coinbase:
+        _refused(utxo, tx, utxo.current_height(), refusal)
+
+
+def _standing(utxo: UtxoStore, txid: bytes) -> bool | None:
+    """Whether `txid`'s record is conflicting (None: it has none)."""
+    try:
+        return utxo.get(txid, ["conflicting"]).conflicting
+    except TxNotFound:
+        return None
 
 
 def make_record(utxo: UtxoStore, tx: Tx, height: int) -> UtxoError | bool:
@@ -81,7 +99,7 @@ def hold_inputs(utxo: UtxoStore, tx: Tx, height: int) -> UtxoError | None:
     held = utxo.spenders(ops)  # (a parent gone since is no loss: it was mined and pruned)
     if all(op not in held or held[op] == tx.txid for op in ops):
         return None
-    if utxo.get(tx.txid, ["conflicting"]).conflicting:
+    if _standing(utxo, tx.txid) is not False:  # conflicting: released on purpose; or gone
         return None
     (again,) = utxo.spend_many([tx], height + 1)
     if not isinstance(again, UtxoError):

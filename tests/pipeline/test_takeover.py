@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from chain import Tx
 from stores.blob import open_blob_store
+from stores.blob.protocol import blob_key
 from stores.state import open_state_store
+from stores.state.recovery import RecoveryEntry
 from stores.utxo import SpendRejected, TxConflicting, UtxoSpent, open_utxo_store
 from stores.utxo.records import Spend
 from tests.aerospike_server import drop_set, needs_aerospike, new_url
@@ -25,8 +29,10 @@ from tests.pipeline.conftest import drop_tables
 from tests.pipeline.workers import Pipeline, children, pipeline_fixture, until  # noqa: F401
 from tests.pipeline.world import World
 from workers.blockapply import BlockApplier
-from workers.mempool import apply_tx, make_record, waiting_for_parents
+from workers.mempool import apply_tx, hold_inputs, make_record, waiting_for_parents
+from workers.recovery.handlers import handle
 from workers.sequencer import Sequencer
+from workers.settings import Settings
 
 Outpoint = tuple[bytes, int]
 
@@ -253,3 +259,57 @@ def test_a_worker_killed_between_a_txs_spend_and_its_record(pipeline: Pipeline) 
     assert pipeline.confirmed() == confirmed_model(chain.txs, outpoints(funds))
     later = pipeline.log("w2") + pipeline.log("w3")  # (w3's scan sent it; either took it)
     assert f"tx {m.txid_hex} rejected" in later and "Traceback" not in later, pipeline.logs()
+
+
+def entry(t: Tx, stored_at: float) -> RecoveryEntry:
+    """A pending recovery entry of `t`, added at `stored_at`, never checked nor accepted."""
+    return RecoveryEntry(f"tx:{t.txid_hex}", "tx", t.txid_hex, "pending", stored_at, 0, "", 0, 0, False, "")
+
+
+def test_the_recovery_manager_checks_an_unmined_records_inputs(seq: Sequencer, tmp_path: Path) -> None:
+    """m's record was made, its check cut short, and a block took o1 over meanwhile: the
+    recovery manager's next look at m's entry finds the input lost, and m conflicting, its
+    other spend released (found by review: it said "unmined" for ever)."""
+    w = World(seq)
+    o1, o2 = (w.funds[1].txid, 0), (w.funds[2].txid, 0)
+    m = spend((w.funds[1], 0), (w.funds[2], 0))
+    height = seq.utxo.current_height()
+    (spent,) = seq.utxo.spend_many([m], height + 1)
+    assert isinstance(spent, list)
+    x = spend((w.funds[1], 0), fee=2000)
+    w.add([x])
+    (made,) = seq.utxo.create_many([m], height)
+    assert not isinstance(made, Exception)
+    svc = SimpleNamespace(utxo=seq.utxo, blobs=seq.blobs, settings=Settings())
+    verdict = handle(svc, entry(m, time.time()))  # type: ignore[arg-type]
+    assert verdict.status == "deleted" and "conflicting" in verdict.outcome, verdict
+    assert seq.utxo.get(m.txid).conflicting
+    assert seq.utxo.spenders([o1, o2]) == {o1: x.txid, o2: None}
+    w.check()
+
+
+def test_an_orphan_frees_what_its_dead_attempt_held(seq: Sequencer) -> None:
+    """m's attempt died holding o1, and its other parent never came: every delivery waits
+    for it. Once the recovery manager calls m `orphan`, o1 is freed (found by review: it was
+    held for good)."""
+    w = World(seq)
+    o1 = (w.funds[1].txid, 0)
+    ghost = spend((w.funds[2], 0))  # never sent: m's parent the store never sees
+    m = spend((w.funds[1], 0), (ghost, 0))
+    (spent,) = seq.utxo.spend_many([m], seq.utxo.current_height() + 1, missing_ok=True)
+    assert isinstance(spent, list) and [s.txid for s in spent] == [o1[0]]  # (its attempt)
+    assert seq.blobs.put_if_absent(blob_key(m.txid, "tx"), m.raw)  # as `utxo enqueue` keeps it
+    svc = SimpleNamespace(utxo=seq.utxo, blobs=seq.blobs, settings=Settings(recovery_not_found_grace=60))
+    young = handle(svc, entry(m, time.time()))  # type: ignore[arg-type]
+    assert young.status == "pending" and seq.utxo.spenders([o1]) == {o1: m.txid}
+    old = handle(svc, entry(m, time.time() - 120))  # type: ignore[arg-type]
+    assert old.status == "orphan", old
+    assert seq.utxo.spenders([o1]) == {o1: None} and not seq.utxo.existing([m.txid])
+
+
+def test_a_check_whose_record_is_gone_is_no_error(seq: Sequencer) -> None:
+    """`hold_inputs` of a tx whose record went meanwhile (a refused block's rollback deleting
+    the record it made): nothing to hold, no error."""
+    w = World(seq)
+    m = spend((w.funds[1], 0))
+    assert hold_inputs(seq.utxo, m, seq.utxo.current_height()) is None

@@ -10,6 +10,8 @@ A tx entry (`tx:<txid>`, a mempool tx enqueued) ends
 - `orphan` when neither its record nor a way to make it (its blob, its parents) has been found
   for UTXO_RECOVERY_NOT_FOUND_GRACE seconds since it was enqueued (0: never);
 - and stays pending otherwise (unmined, or not found yet), checked again at a later scan.
+An unmined record's inputs are checked to be its own at every scan (`mempool.hold_inputs`: a
+check its task never finished), and a tx found `orphan` frees what a dead attempt of it left.
 A tx with no record whose bytes are in the blob store and that was never accepted is applied
 again here (workers/mempool.py: idempotent). A master still `creating` is finished first.
 
@@ -33,7 +35,7 @@ from stores.errors import StorageError
 from stores.state.recovery import DONE, PENDING, RecoveryEntry
 from stores.utxo import TxNotFound, UtxoError
 from stores.utxo.twophase import park
-from workers.mempool import apply_tx, waiting_for_parents
+from workers.mempool import apply_tx, give_up, hold_inputs, waiting_for_parents
 from workers.ops import metrics
 from workers.services import Services
 
@@ -74,7 +76,10 @@ def _tx(svc: Services, entry: RecoveryEntry) -> Verdict:
         svc.registry.done(entry.ident, accepted=True)
         return _by_record(svc, txid) or Verdict(PENDING, "processed again: accepted", True)
     if waiting_for_parents(applied):
-        return _not_found(svc, entry, f"its parents are not in the store ({applied})")
+        verdict = _not_found(svc, entry, f"its parents are not in the store ({applied})")
+        if verdict.status == "orphan":  # final now: what a dead attempt of it left is freed
+            give_up(svc.utxo, tx, applied)
+        return verdict
     svc.registry.done(entry.ident)
     return Verdict("deleted", f"deleted: refused ({applied})")
 
@@ -92,6 +97,10 @@ def _by_record(svc: Services, txid: bytes) -> Verdict | None:
         return Verdict("deleted", "deleted: conflicting", True)
     if meta.block_ids and meta.unmined_since is None:
         return Verdict("confirmed", f"confirmed: mined at height {max(meta.block_heights, default=0)}", True)
+    if meta.tx is not None:  # its inputs still its own (workers/mempool.py: a check cut short)
+        held = hold_inputs(svc.utxo, meta.tx, svc.utxo.current_height())
+        if held is not None and not waiting_for_parents(held):
+            return Verdict("deleted", f"deleted: conflicting ({held})", True)
     return Verdict(PENDING, "unmined: in the store, not mined yet", True)
 
 
