@@ -68,14 +68,6 @@ def give_up(utxo: UtxoStore, tx: Tx, refusal: UtxoError) -> None:
         _refused(utxo, tx, utxo.current_height(), refusal)
 
 
-def _standing(utxo: UtxoStore, txid: bytes) -> bool | None:
-    """Whether `txid`'s record is conflicting (None: it has none)."""
-    try:
-        return utxo.get(txid, ["conflicting"]).conflicting
-    except TxNotFound:
-        return None
-
-
 def make_record(utxo: UtxoStore, tx: Tx, height: int) -> UtxoError | bool:
     """The second half of `apply_tx`, its inputs spent: create the record, then make sure the
     tx holds its inputs (`hold_inputs`): its refusal when it lost one."""
@@ -91,16 +83,18 @@ def hold_inputs(utxo: UtxoStore, tx: Tx, height: int) -> UtxoError | None:
     again (freed meanwhile, taken by no one). When that is refused for good, the tx is made
     conflicting (its other spends released), and TxConflicting given; when it may pass (a
     parent locked by a block's swap), that refusal is given and nothing changed, for a retry
-    (the swap ends with the output the block's, or free again). A conflicting tx is left
-    alone: its spends were released on purpose."""
+    (the swap ends with the output the block's, or free again). A record that is conflicting
+    (its spends released on purpose) or mined on the chain (a block made it, and its spend
+    phase, which makes rivals conflicting, holds its inputs) is left alone."""
     if tx.is_coinbase:
         return None
     ops = [(i.prev_txid, i.prev_vout) for i in tx.inputs]
     held = utxo.spenders(ops)  # (a parent gone since is no loss: it was mined and pruned)
     if all(op not in held or held[op] == tx.txid for op in ops):
         return None
-    if _standing(utxo, tx.txid) is not False:  # conflicting: released on purpose; or gone
-        return None
+    standing = utxo.standing([tx.txid]).get(tx.txid)
+    if standing is None or standing.mined or standing.conflicting:
+        return None  # gone since; the chain's (a block holds its inputs); released on purpose
     (again,) = utxo.spend_many([tx], height + 1)
     if not isinstance(again, UtxoError):
         return None

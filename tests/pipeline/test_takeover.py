@@ -21,7 +21,7 @@ from stores.blob import open_blob_store
 from stores.blob.protocol import blob_key
 from stores.state import open_state_store
 from stores.state.recovery import RecoveryEntry
-from stores.utxo import SpendRejected, TxConflicting, UtxoSpent, open_utxo_store
+from stores.utxo import BlockInfo, SpendRejected, TxConflicting, UtxoSpent, open_utxo_store
 from stores.utxo.records import Spend
 from tests.aerospike_server import drop_set, needs_aerospike, new_url
 from tests.pipeline.chains import confirmed_model, funding, outpoints, spend
@@ -313,3 +313,23 @@ def test_a_check_whose_record_is_gone_is_no_error(seq: Sequencer) -> None:
     w = World(seq)
     m = spend((w.funds[1], 0))
     assert hold_inputs(seq.utxo, m, seq.utxo.current_height()) is None
+
+
+def test_a_block_txs_mempool_copy_refused_between_its_create_and_spend_leaves_it_alone(
+    seq: Sequencer,
+) -> None:
+    """A block's create phase made t's record, mined; before its spend phase (which makes the
+    rival r conflicting), t's mempool copy is refused (r holds o1). Its record is the chain's:
+    the copy leaves it alone, not conflicting (found by `test_mempool_races` on PostgreSQL:
+    the check made a block's transaction conflicting)."""
+    w = World(seq)
+    o1 = (w.funds[1].txid, 0)
+    r = spend((w.funds[1], 0), fee=3000)
+    assert apply_tx(seq.utxo, r) is True
+    t = spend((w.funds[1], 0))
+    height = seq.utxo.current_height()
+    (made,) = seq.utxo.create_many([t], height + 1, [BlockInfo(9, height + 1)])  # the block's create
+    assert not isinstance(made, Exception)
+    refused = apply_tx(seq.utxo, t)
+    assert isinstance(refused, SpendRejected)
+    assert not seq.utxo.get(t.txid).conflicting and seq.utxo.spenders([o1]) == {o1: r.txid}
