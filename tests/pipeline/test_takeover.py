@@ -179,21 +179,28 @@ def test_an_input_freed_before_the_record_is_spent_again(seq: Sequencer) -> None
 
 
 
-def test_a_refused_delivery_of_a_tx_with_a_record_that_lost_an_input(seq: Sequencer) -> None:
-    """m's record was made, but the check after it never ran (its worker failed there, the
-    task is tried again) while a block took o1 over. The delivery again is refused (o1 is x's):
-    m, which has a record, is made conflicting and o2 is freed (found by review: it stayed
-    unmarked, holding o2 for good)."""
+def lost_after_its_record(seq: Sequencer) -> tuple[World, Tx, Tx]:
+    """m spent funds[1]:0 and funds[2]:0; a block mining x took the first over; then m's record
+    was made, and the check after it lost with its worker. (world, m, x)"""
     w = World(seq)
-    o1, o2 = (w.funds[1].txid, 0), (w.funds[2].txid, 0)
     m = spend((w.funds[1], 0), (w.funds[2], 0))
     height = seq.utxo.current_height()
     (spent,) = seq.utxo.spend_many([m], height + 1)
     assert isinstance(spent, list)
     x = spend((w.funds[1], 0), fee=2000)
     w.add([x])
-    (made,) = seq.utxo.create_many([m], height)  # ... and its check, lost with the worker
+    (made,) = seq.utxo.create_many([m], height)
     assert not isinstance(made, Exception)
+    return w, m, x
+
+
+def test_a_refused_delivery_of_a_tx_with_a_record_that_lost_an_input(seq: Sequencer) -> None:
+    """m's record was made, but the check after it never ran (its worker failed there, the
+    task is tried again) while a block took o1 over. The delivery again is refused (o1 is x's):
+    m, which has a record, is made conflicting and o2 is freed (found by review: it stayed
+    unmarked, holding o2 for good)."""
+    w, m, x = lost_after_its_record(seq)
+    o1, o2 = (w.funds[1].txid, 0), (w.funds[2].txid, 0)
     refused = apply_tx(seq.utxo, m)
     assert isinstance(refused, SpendRejected)
     assert seq.utxo.get(m.txid).conflicting
@@ -270,16 +277,8 @@ def test_the_recovery_manager_checks_an_unmined_records_inputs(seq: Sequencer, t
     """m's record was made, its check cut short, and a block took o1 over meanwhile: the
     recovery manager's next look at m's entry finds the input lost, and m conflicting, its
     other spend released (found by review: it said "unmined" for ever)."""
-    w = World(seq)
+    w, m, x = lost_after_its_record(seq)
     o1, o2 = (w.funds[1].txid, 0), (w.funds[2].txid, 0)
-    m = spend((w.funds[1], 0), (w.funds[2], 0))
-    height = seq.utxo.current_height()
-    (spent,) = seq.utxo.spend_many([m], height + 1)
-    assert isinstance(spent, list)
-    x = spend((w.funds[1], 0), fee=2000)
-    w.add([x])
-    (made,) = seq.utxo.create_many([m], height)
-    assert not isinstance(made, Exception)
     svc = SimpleNamespace(utxo=seq.utxo, blobs=seq.blobs, settings=Settings())
     verdict = handle(svc, entry(m, time.time()))  # type: ignore[arg-type]
     assert verdict.status == "deleted" and "conflicting" in verdict.outcome, verdict
