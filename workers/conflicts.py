@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from chain import Tx, hash_to_hex
-from stores.utxo import Ignore, StorageError, TxNotFound, UtxoError, UtxoStore, twophase
+from stores.utxo import Ignore, TxNotFound, UtxoError, UtxoStore, twophase
 from stores.utxo.records import Spend
 
 log = logging.getLogger("utxoflow.blocks")
@@ -47,6 +47,17 @@ class Conflicts:
     chunk: int
     _undo: dict[str, Any] | None
     _save: Callable[[dict[str, Any]], None] | None
+
+    def _note(self, locked: Sequence[bytes], conflicted: bytes | None = None) -> None:
+        """Note in the undo record, before the change, the parents about to be locked (each
+        once) and a tx about to be made conflicting, and write it again (where there is one)."""
+        if self._undo is None or not (locked or conflicted):
+            return
+        if conflicted is not None:
+            self._undo.setdefault("conflicted", []).append(conflicted.hex())
+        noted = self._undo.setdefault("locked", [])
+        noted += [p.hex() for p in locked if p.hex() not in noted]
+        self._keep_undo()
 
     def _keep_undo(self) -> None:
         """Write the undo record again, grown by a note (where there is one to write)."""
@@ -82,12 +93,7 @@ class Conflicts:
             parents: list[bytes] = []
             if tx is not None and not tx.is_coinbase and lock and (not meta.conflicting or self._holds(tx)):
                 parents = self._unlocked(sorted({i.prev_txid for i in tx.inputs}))
-            if self._undo is not None and (parents or not meta.conflicting):
-                if not meta.conflicting:
-                    self._undo.setdefault("conflicted", []).append(t.hex())
-                locked = self._undo.setdefault("locked", [])
-                locked += [p.hex() for p in parents if p.hex() not in locked]
-                self._keep_undo()
+            self._note(parents, None if meta.conflicting else t)
             if not meta.conflicting:
                 self.utxo.set_conflicting([t], True)
                 log.info("tx %s is conflicting with the chain", hash_to_hex(t))
@@ -127,10 +133,10 @@ class Conflicts:
         """Take these spends back (read just before) exactly: each only while its slot still
         holds its spender, and never one its parent lists as pruned (a replay of it: the spend
         there is for good) — `kernel.spend.take_back`. Between the read and the write, the slot
-        may have been freed and taken by another, whose spend must stand."""
-        for s, err in zip(mine, self.utxo.unspend(mine, lock_parents=lock, exact=True) if mine else []):
-            if err is not None:
-                raise StorageError(f"taking back the spend of {hash_to_hex(s.txid)}:{s.vout}: {err}")
+        may have been freed and taken by another, whose spend must stand. (An exact take-back
+        refuses nothing: a slot no longer its spender's is left as it is.)"""
+        if mine:
+            self.utxo.unspend(mine, lock_parents=lock, exact=True)
 
     def take_over(self, spender: bytes, outpoints: Sequence[tuple[bytes, int]]) -> None:
         """The block spends `outpoints`, which `spender` holds with no record of its own: a
@@ -141,11 +147,7 @@ class Conflicts:
         as `make_conflicting` does). Then, if its record has appeared meanwhile, it is made
         conflicting; the mempool side reads its inputs again after making its record
         (`workers.mempool.apply_tx`), so one of the two sees the other."""
-        parents = self._unlocked(sorted({p for p, _v in outpoints}))
-        if self._undo is not None and parents:
-            locked = self._undo.setdefault("locked", [])
-            locked += [p.hex() for p in parents if p.hex() not in locked]
-            self._keep_undo()
+        self._note(self._unlocked(sorted({p for p, _v in outpoints})))
         outs = self.utxo.get_outputs(list(outpoints))
         held = [
             Spend(op[0], op[1], o.utxo_hash, spender, o.spending_vin)
