@@ -18,11 +18,15 @@ Invariants:
   which looks for the record again after), so the inputs are read again once the record is
   there; one lost meanwhile is spent again, and if that is refused the tx is made conflicting.
   A refused delivery of a tx that has a record does the same.
+- A tx whose record is made is conflicting if a parent is: `make_conflicting` marks every
+  descendant it finds by record, so a child between its spend and its record is missed there;
+  the child, reading its inputs (and their parents' flags, in the same read) after making its
+  record, marks itself. Either the marking finds the record or the record's read sees the flag.
 """
 
 from __future__ import annotations
 
-from chain import Tx
+from chain import Tx, hash_to_hex
 from stores.errors import StoreError
 from stores.utxo import SpendRejected, TxConflicting, TxExists, TxLocked, TxNotFound, UtxoError, UtxoStore
 from stores.utxo.twophase import park
@@ -83,18 +87,26 @@ def hold_inputs(utxo: UtxoStore, tx: Tx, height: int) -> UtxoError | None:
     again (freed meanwhile, taken by no one). When that is refused for good, the tx is made
     conflicting (its other spends released), and TxConflicting given; when it may pass (a
     parent locked by a block's swap), that refusal is given and nothing changed, for a retry
-    (the swap ends with the output the block's, or free again). A record that is conflicting
-    (its spends released on purpose) or mined on the chain (a block made it, and its spend
-    phase, which makes rivals conflicting, holds its inputs) is left alone."""
+    (the swap ends with the output the block's, or free again). A tx whose parent is
+    conflicting is made conflicting too: the parent was marked while this tx had a spend there
+    but no record, so the marking could not reach it (it marks every descendant it finds). A
+    record that is conflicting (its spends released on purpose) or mined on the chain (a block
+    made it, and its spend phase, which makes rivals conflicting, holds its inputs) is left
+    alone."""
     if tx.is_coinbase:
         return None
     ops = [(i.prev_txid, i.prev_vout) for i in tx.inputs]
     held = utxo.spenders(ops)  # (a parent gone since is no loss: it was mined and pruned)
-    if all(op not in held or held[op] == tx.txid for op in ops):
+    lost = any(op in held and held[op] != tx.txid for op in ops)
+    if not lost and not held.conflicting:
         return None
     standing = utxo.standing([tx.txid]).get(tx.txid)
     if standing is None or standing.mined or standing.conflicting:
         return None  # gone since; the chain's (a block holds its inputs); released on purpose
+    if held.conflicting:  # made conflicting while this tx had no record for it to find
+        _Loser(utxo).make_conflicting([tx.txid], lock=False)
+        names = ", ".join(sorted(hash_to_hex(t) for t in held.conflicting))
+        return TxConflicting(f"tx {tx.txid_hex} spends conflicting tx {names}", txid=tx.txid)
     (again,) = utxo.spend_many([tx], height + 1)
     if not isinstance(again, UtxoError):
         return None

@@ -29,6 +29,7 @@ from stores.utxo.records import (
     OutputInfo,
     PruneResult,
     Spend,
+    Spenders,
     SpendInfo,
     Standing,
     TxMeta,
@@ -105,9 +106,10 @@ class UtxoStore(PagedRecords, Protocol):
     def get_spend(self, outpoint: Outpoint, utxo_hash: bytes) -> SpendInfo: ...
     def get_output(self, outpoint: Outpoint) -> OutputInfo | None: ...
     def get_outputs(self, outpoints: Sequence[Outpoint]) -> dict[Outpoint, OutputInfo]: ...
-    def spenders(self, outpoints: Sequence[Outpoint]) -> dict[Outpoint, bytes | None]:
-        """The stored spender of each of `outpoints` the store holds (None: unspent), read
-        afresh; the slots alone, so no output bytes or blobs are read."""
+    def spenders(self, outpoints: Sequence[Outpoint]) -> Spenders:
+        """The stored spender of each of `outpoints` the store holds (None: unspent), and which
+        of their parents are conflicting, read afresh; the slots and flags alone, so no output
+        bytes or blobs are read."""
         ...
     def iter_utxos(self, *, confirmed: bool = True, script: bytes | None = None) -> Iterator[Utxo]: ...
     def stats(self) -> UtxoStats: ...

@@ -119,6 +119,14 @@ class SpendInfo:
     until: int | None = None  # IMMATURE / FROZEN-until: the first height it becomes spendable
 
 
+class Spenders(dict[tuple[bytes, int], "bytes | None"]):
+    """The stored spender of each outpoint asked for (None: unspent), and which of their parents
+    are conflicting (`conflicting`): read together, so that a mempool tx checking its inputs
+    learns both in one read (`workers.mempool.hold_inputs`)."""
+
+    conflicting: frozenset[bytes] = frozenset()
+
+
 @dataclass(frozen=True, slots=True)
 class OutputInfo:
     """One output as `utxo outpoint` shows it."""

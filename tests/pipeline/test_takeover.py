@@ -332,3 +332,50 @@ def test_a_block_txs_mempool_copy_refused_between_its_create_and_spend_leaves_it
     refused = apply_tx(seq.utxo, t)
     assert isinstance(refused, SpendRejected)
     assert not seq.utxo.get(t.txid).conflicting and seq.utxo.spenders([o1]) == {o1: r.txid}
+
+
+def test_a_child_between_its_spend_and_its_record_follows_its_parent_into_conflict(
+    seq: Sequencer,
+) -> None:
+    """p (mempool) spends o1; c spends p:0, then a block mining x (spending o1) comes before
+    c's record. The block makes p conflicting, but c, with no record, is beyond its reach. c's
+    record, made then, reads its parent's flag with its inputs: c is conflicting, p:0 is free
+    (it used to stay a normal mempool tx spending a conflicting one's output)."""
+    w = World(seq)
+    o1 = (w.funds[1].txid, 0)
+    p = spend((w.funds[1], 0), n_outputs=2)
+    assert apply_tx(seq.utxo, p) is True
+    c = spend((p, 0))
+    height = seq.utxo.current_height()
+    (spent,) = seq.utxo.spend_many([c], height + 1)  # the first half of `apply_tx`
+    assert isinstance(spent, list)
+    x = spend((w.funds[1], 0), fee=2000)
+    w.add([x])
+    assert seq.utxo.get(p.txid).conflicting and spender(w, o1) == x.txid
+    assert spender(w, (p.txid, 0)) == c.txid  # (the block's marking could not find c)
+    made = make_record(seq.utxo, c, height)  # the second half
+    assert isinstance(made, TxConflicting) and f"spends conflicting tx {p.txid_hex}" in str(made)
+    assert seq.utxo.get(c.txid).conflicting
+    assert seq.utxo.spenders([(p.txid, 0), (p.txid, 1)]) == {(p.txid, 0): None, (p.txid, 1): None}
+    assert make_record(seq.utxo, c, height) is False  # again: conflicting already, left alone
+    w.check()
+
+
+def test_the_recovery_manager_makes_an_escaped_child_conflicting(seq: Sequencer, tmp_path: Path) -> None:
+    """c's record was made after a block made its parent p conflicting, and the check after it
+    was lost with its worker: the recovery manager's look at c's entry makes it conflicting."""
+    w = World(seq)
+    p = spend((w.funds[1], 0))
+    assert apply_tx(seq.utxo, p) is True
+    c = spend((p, 0))
+    height = seq.utxo.current_height()
+    (spent,) = seq.utxo.spend_many([c], height + 1)
+    assert isinstance(spent, list)
+    w.add([spend((w.funds[1], 0), fee=2000)])
+    (made,) = seq.utxo.create_many([c], height)  # the record, its check never run
+    assert not isinstance(made, Exception) and not seq.utxo.get(c.txid).conflicting
+    svc = SimpleNamespace(utxo=seq.utxo, blobs=seq.blobs, settings=Settings())
+    verdict = handle(svc, entry(c, time.time()))  # type: ignore[arg-type]
+    assert verdict.status == "deleted" and "conflicting" in verdict.outcome, verdict
+    assert seq.utxo.get(c.txid).conflicting and spender(w, (p.txid, 0)) is None
+    w.check()

@@ -27,7 +27,7 @@ from stores.utxo.aerospike.base import BATCH
 from stores.utxo.aerospike.create import CreateMixin
 from stores.utxo.errors import Outpoint, ProcessingError, TxNotFound
 from stores.utxo.kernel.record import Record, meta_of, spenders
-from stores.utxo.records import OutputInfo, SpendInfo, Standing, TxMeta, UtxoStats
+from stores.utxo.records import OutputInfo, Spenders, SpendInfo, Standing, TxMeta, UtxoStats
 from stores.utxo.sql import codec as sql_codec
 from stores.utxo.sql.read import FIELDS
 from stores.utxo.view import VIEW_BYTES, Outputs, Segment, UtxoView, no_blob, record_outputs
@@ -41,7 +41,7 @@ UNMINED, CONFLICTING, CREATING = (codec.BINS[f] for f in ("unmined_since", "conf
 META_BINS = [*codec.BINS.values(), *codec.BLOCK_BINS, codec.PAGE_SPENT, codec.SPENDABLE_IN,
              codec.REASSIGNMENTS]  # fmt: skip
 MINED_BINS = [UNMINED, codec.BLOCK_BINS[0]]
-SLOT_BINS = ["txid", "utxos", "totalExtraRecs"]  # what finding an output's slot reads
+SLOT_BINS = ["txid", "utxos", "totalExtraRecs", "conflicting"]  # an output's slot, and its flag
 VIEW_BINS = [
     "txid", "utxos", "totalExtraRecs", "external", "coinbase", *codec.BLOCK_BINS, codec.RAW, codec.RAW_FORMAT,
     codec.BINS["deleted_children"],
@@ -168,7 +168,7 @@ class ReadMixin(CreateMixin, UtxoView):
     def get_output(self, outpoint: Outpoint) -> OutputInfo | None:
         return self.get_outputs([outpoint]).get(outpoint)
 
-    def spenders(self, outpoints: Sequence[Outpoint]) -> dict[Outpoint, bytes | None]:
+    def spenders(self, outpoints: Sequence[Outpoint]) -> Spenders:
         validate.outpoints(outpoints)
         want = sorted(set(outpoints))
         found = self._found([t for t, _v in want], SLOT_BINS)

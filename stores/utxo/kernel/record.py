@@ -26,7 +26,7 @@ from typing import Any
 
 from chain import Tx
 from stores.utxo import slots
-from stores.utxo.records import TxMeta
+from stores.utxo.records import Spenders, TxMeta
 
 SLOT = slots.SLOT
 Block = tuple[int, int, int]  # (block id, height, subtree index)
@@ -224,15 +224,18 @@ def meta_of(rec: Record, tx: Tx | None = None) -> TxMeta:
     ))  # fmt: skip
 
 
-def spenders(
-    recs: Mapping[bytes, Record], want: Iterable[tuple[bytes, int]], batch_size: int
-) -> dict[tuple[bytes, int], bytes | None]:
+def spenders(recs: Mapping[bytes, Record], want: Iterable[tuple[bytes, int]], batch_size: int) -> Spenders:
     """The stored spender of each outpoint of `want` whose slot `recs` (masters with the pages
-    holding those outpoints) has: None while it is unspent (or frozen)."""
-    out: dict[tuple[bytes, int], bytes | None] = {}
+    holding those outpoints) has: None while it is unspent (or frozen); and the parents among
+    them that are conflicting."""
+    out = Spenders()
+    bad: set[bytes] = set()
     for t, v in want:
         rec = recs.get(t)
         loc = rec.locate(v, batch_size) if rec is not None else None
         if loc is not None:
             out[(t, v)] = slots.decode(bytes(loc[0].utxos[loc[1] : loc[1] + SLOT]))[1]
+            if recs[t].conflicting:
+                bad.add(t)
+    out.conflicting = frozenset(bad)
     return out

@@ -20,7 +20,7 @@ from stores.utxo import scripts, slots, validate
 from stores.utxo.errors import Outpoint, ProcessingError, TxNotFound
 from stores.utxo.kernel import spend
 from stores.utxo.kernel.record import MINED_SQL, Record, meta_of, spenders
-from stores.utxo.records import OutputInfo, SpendInfo, Standing, TxMeta, UtxoStats
+from stores.utxo.records import OutputInfo, Spenders, SpendInfo, Standing, TxMeta, UtxoStats
 from stores.utxo.scripts import ScriptUtxo
 from stores.utxo.sql import codec
 from stores.utxo.sql.prune import PruneMixin
@@ -150,7 +150,7 @@ class ReadMixin(PruneMixin, UtxoView, scripts.ScriptBalance):
                 )
         return out
 
-    def spenders(self, outpoints: Sequence[Outpoint]) -> dict[Outpoint, bytes | None]:
+    def spenders(self, outpoints: Sequence[Outpoint]) -> Spenders:
         validate.outpoints(outpoints)
         want = sorted(set(outpoints))
         recs = self.db.read("spenders", lambda cur: self._records(
