@@ -22,6 +22,9 @@ Invariants:
   descendant it finds by record, so a child between its spend and its record is missed there;
   the child, reading its inputs (and their parents' flags, in the same read) after making its
   record, marks itself. Either the marking finds the record or the record's read sees the flag.
+  (Such a child is in no block's undo record: if that block is refused later, its parent gets
+  its spends back and the child stays conflicting; refused blocks are rare, and a child wrongly
+  left spendable under a conflicting parent was the common case this closes.)
 """
 
 from __future__ import annotations
