@@ -49,14 +49,19 @@ class Conflicts:
     _save: Callable[[dict[str, Any]], None] | None
 
     def _note(self, locked: Sequence[bytes], conflicted: bytes | None = None) -> None:
-        """Note in the undo record, before the change, the parents about to be locked (each
-        once) and a tx about to be made conflicting, and write it again (where there is one)."""
-        if self._undo is None or not (locked or conflicted):
+        """Note in the undo record, before the change, the parents about to be locked and a tx
+        about to be made conflicting (each once), and write it again if it grew (where there
+        is one)."""
+        if self._undo is None:
             return
-        if conflicted is not None:
-            self._undo.setdefault("conflicted", []).append(conflicted.hex())
-        noted = self._undo.setdefault("locked", [])
-        noted += [p.hex() for p in locked if p.hex() not in noted]
+        marked, noted = self._undo.get("conflicted", []), self._undo.get("locked", [])
+        new_locked = [p.hex() for p in dict.fromkeys(locked) if p.hex() not in noted]
+        if conflicted is not None and conflicted.hex() not in marked:
+            self._undo["conflicted"] = [*marked, conflicted.hex()]
+        elif not new_locked:
+            return  # nothing new
+        if new_locked:
+            self._undo["locked"] = [*noted, *new_locked]
         self._keep_undo()
 
     def _keep_undo(self) -> None:
@@ -76,10 +81,13 @@ class Conflicts:
         short by a crash is found again from the same roots and finished. Idempotent: one
         found conflicting already is not noted again (a refused block leaves it conflicting,
         without the spends a crash left it), but its spends are released and its descendants
-        walked all the same."""
+        walked all the same. A descendant of one this walk marked is noted even if it is
+        conflicting already: it marked itself meanwhile, finding its parent conflicting
+        (`workers.mempool.hold_inputs`), and is this block's to give back."""
         todo = list(txids)
         seen: set[bytes] = set()
         marked: list[Tx] = []
+        fresh: set[bytes] = set()  # spenders of the outputs of a tx this walk marked
         while todo:
             t = todo.pop(0)  # parents before their descendants: the order `restore` replays
             if t in seen:
@@ -93,7 +101,7 @@ class Conflicts:
             parents: list[bytes] = []
             if tx is not None and not tx.is_coinbase and lock and (not meta.conflicting or self._holds(tx)):
                 parents = self._unlocked(sorted({i.prev_txid for i in tx.inputs}))
-            self._note(parents, None if meta.conflicting else t)
+            self._note(parents, None if meta.conflicting and t not in fresh else t)
             if not meta.conflicting:
                 self.utxo.set_conflicting([t], True)
                 log.info("tx %s is conflicting with the chain", hash_to_hex(t))
@@ -101,7 +109,10 @@ class Conflicts:
             if tx is not None:
                 marked.append(tx)
                 outs = self.utxo.get_outputs([(t, v) for v in range(len(tx.outputs))])
-                todo += [o.spending_txid for o in outs.values() if o.spending_txid is not None]
+                kids = [o.spending_txid for o in outs.values() if o.spending_txid is not None]
+                if not meta.conflicting or t in fresh:
+                    fresh.update(kids)
+                todo += kids
         for tx in reversed(marked):
             self.release([tx], lock=lock)
 

@@ -22,9 +22,11 @@ Invariants:
   descendant it finds by record, so a child between its spend and its record is missed there;
   the child, reading its inputs (and their parents' flags, in the same read) after making its
   record, marks itself. Either the marking finds the record or the record's read sees the flag.
-  (Such a child is in no block's undo record: if that block is refused later, its parent gets
-  its spends back and the child stays conflicting; refused blocks are rare, and a child wrongly
-  left spendable under a conflicting parent was the common case this closes.)
+  A child that marks itself while the block's walk is still going is noted by the walk when it
+  reaches it (`Conflicts.make_conflicting`), and a refused block gives it back its spends. One
+  the walk never reached (no record yet) is in no block's undo record: if that block is refused
+  later, its parent gets its spends back and the child stays conflicting. Refused blocks are
+  rare; a child left spendable under a conflicting parent was the common case this closes.
 """
 
 from __future__ import annotations
@@ -91,8 +93,9 @@ def hold_inputs(utxo: UtxoStore, tx: Tx, height: int) -> UtxoError | None:
     conflicting (its other spends released), and TxConflicting given; when it may pass (a
     parent locked by a block's swap), that refusal is given and nothing changed, for a retry
     (the swap ends with the output the block's, or free again). A tx whose parent is
-    conflicting is made conflicting too: the parent was marked while this tx had a spend there
-    but no record, so the marking could not reach it (it marks every descendant it finds). A
+    conflicting is made conflicting too: e.g. the parent was marked while this tx had a spend
+    there but no record, so the marking could not reach it (it marks every descendant it
+    finds by record). A
     record that is conflicting (its spends released on purpose) or mined on the chain (a block
     made it, and its spend phase, which makes rivals conflicting, holds its inputs) is left
     alone."""

@@ -126,6 +126,9 @@ class Spenders(dict[tuple[bytes, int], "bytes | None"]):
 
     conflicting: frozenset[bytes] = frozenset()
 
+    def __repr__(self) -> str:  # (equality is the dict's: `conflicting` shown, not compared)
+        return f"Spenders({dict.__repr__(self)}, conflicting={set(self.conflicting)!r})"
+
 
 @dataclass(frozen=True, slots=True)
 class OutputInfo:

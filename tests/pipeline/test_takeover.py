@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,7 @@ from tests.pipeline.conftest import drop_tables
 from tests.pipeline.workers import Pipeline, children, pipeline_fixture, until  # noqa: F401
 from tests.pipeline.world import World
 from workers.blockapply import BlockApplier
+from workers.conflicts import Conflicts
 from workers.mempool import apply_tx, hold_inputs, make_record, waiting_for_parents
 from workers.recovery.handlers import handle
 from workers.sequencer import Sequencer
@@ -376,6 +378,55 @@ def test_the_recovery_manager_makes_an_escaped_child_conflicting(seq: Sequencer,
     assert not isinstance(made, Exception) and not seq.utxo.get(c.txid).conflicting
     svc = SimpleNamespace(utxo=seq.utxo, blobs=seq.blobs, settings=Settings())
     verdict = handle(svc, entry(c, time.time()))  # type: ignore[arg-type]
-    assert verdict.status == "deleted" and "conflicting" in verdict.outcome, verdict
+    assert verdict.status == "deleted" and f"spends conflicting tx {p.txid_hex}" in verdict.outcome, verdict
     assert seq.utxo.get(c.txid).conflicting and spender(w, (p.txid, 0)) is None
+    w.check()
+
+
+class _ChildFirst:
+    """The store as a block's conflict walk sees it, but with c's own check (`hold_inputs`)
+    run just before the walk looks c's record up: c finds its parent marked and marks itself
+    first (a race open for the whole walk, and to each recovery scan)."""
+
+    def __init__(self, utxo: Any, c: Tx) -> None:
+        self.utxo, self.c, self.fired = utxo, c, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.utxo, name)
+
+    def get(self, txid: bytes, *args: Any, **kwargs: Any) -> Any:
+        if txid == self.c.txid and not self.fired:
+            self.fired = True
+            made = hold_inputs(self.utxo, self.c, self.utxo.current_height())
+            assert isinstance(made, TxConflicting), made
+        return self.utxo.get(txid, *args, **kwargs)
+
+
+class _Walk(Conflicts):
+    """A block's conflict handling with its undo record in memory."""
+
+    def __init__(self, utxo: Any) -> None:
+        self.utxo, self.chunk, self._undo, self._save = utxo, 1000, {}, None
+
+
+def test_a_child_that_marked_itself_during_the_walk_is_the_blocks_to_give_back(seq: Sequencer) -> None:
+    """A block's swap marks p conflicting; c, p's child, marks itself (its check saw p marked)
+    before the walk reaches it. The walk still notes c in the block's undo record, so a refused
+    block gives both back their spends (found by review: c stayed conflicting for good)."""
+    w = World(seq)
+    o1 = (w.funds[1].txid, 0)
+    p = spend((w.funds[1], 0))
+    c = spend((p, 0))
+    assert apply_tx(seq.utxo, p) is True and apply_tx(seq.utxo, c) is True
+    race = _ChildFirst(seq.utxo, c)
+    walk = _Walk(race)
+    walk.make_conflicting([p.txid])
+    assert race.fired and seq.utxo.get(p.txid).conflicting and seq.utxo.get(c.txid).conflicting
+    assert seq.utxo.spenders([o1, (p.txid, 0)]) == {o1: None, (p.txid, 0): None}
+    assert walk._undo is not None and walk._undo["conflicted"] == [p.txid.hex(), c.txid.hex()]
+    walk.restore([bytes.fromhex(h) for h in walk._undo["conflicted"]], seq.utxo.current_height())
+    walk.unlock_swapped()
+    assert not seq.utxo.get(p.txid).conflicting and not seq.utxo.get(c.txid).conflicting
+    assert seq.utxo.spenders([o1, (p.txid, 0)]) == {o1: p.txid, (p.txid, 0): c.txid}
+    assert not seq.utxo.get(w.funds[1].txid).locked
     w.check()

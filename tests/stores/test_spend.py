@@ -359,8 +359,8 @@ def test_spenders_reads_each_outputs_spender_alone(store: UtxoStore) -> None:
 def test_spenders_names_the_parents_that_are_conflicting(store: UtxoStore) -> None:
     """`spenders` reads each parent's conflicting flag with its slots (a mempool tx checking its
     inputs learns both in one read): a conflicting parent is named whether the outpoint asked
-    for is spent or not, a parent not in the store is not, nor is one only asked with no
-    outpoint it has."""
+    for is spent or not; a parent not in the store is not, nor one asked for only with an
+    outpoint it does not have."""
     f, g = funding(2), funding(1)
     created(store, f, g)
     a = child((f, 0))
@@ -370,9 +370,10 @@ def test_spenders_names_the_parents_that_are_conflicting(store: UtxoStore) -> No
     got = store.spenders(ops)
     assert got == {(f.txid, 0): a.txid, (f.txid, 1): None, (g.txid, 0): None}
     assert got.conflicting == {f.txid}
+    assert store.spenders([(f.txid, 7)]).conflicting == frozenset()  # (past its outputs)
+    assert "conflicting" in repr(got)
     store.set_conflicting([f.txid], False)
     assert store.spenders(ops).conflicting == frozenset()
-    assert store.spenders([(f.txid, 7)]).conflicting == frozenset()  # (past its outputs)
 
 
 

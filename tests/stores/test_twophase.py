@@ -91,6 +91,10 @@ def test_spenders_reads_each_page_and_no_blob(paged: UtxoStore) -> None:
     assert paged.spenders(ops) == want
     with pytest.raises(StorageError):
         paged.get_outputs(ops)
+    # a conflicting master is named for an output only its last page holds (the flag is the
+    # master's, whichever page the slot is read from)
+    paged.set_conflicting([tx.txid], True)
+    assert paged.spenders([(tx.txid, 9)]).conflicting == {tx.txid}
 
 
 def test_spends_on_every_page_keep_exact_counts(paged: UtxoStore) -> None:

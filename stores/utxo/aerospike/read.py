@@ -41,7 +41,7 @@ UNMINED, CONFLICTING, CREATING = (codec.BINS[f] for f in ("unmined_since", "conf
 META_BINS = [*codec.BINS.values(), *codec.BLOCK_BINS, codec.PAGE_SPENT, codec.SPENDABLE_IN,
              codec.REASSIGNMENTS]  # fmt: skip
 MINED_BINS = [UNMINED, codec.BLOCK_BINS[0]]
-SLOT_BINS = ["txid", "utxos", "totalExtraRecs", "conflicting"]  # an output's slot, and its flag
+SLOT_BINS = ["txid", "utxos", "totalExtraRecs", CONFLICTING]  # an output's slot, and its flag
 VIEW_BINS = [
     "txid", "utxos", "totalExtraRecs", "external", "coinbase", *codec.BLOCK_BINS, codec.RAW, codec.RAW_FORMAT,
     codec.BINS["deleted_children"],

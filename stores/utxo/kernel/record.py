@@ -235,7 +235,7 @@ def spenders(recs: Mapping[bytes, Record], want: Iterable[tuple[bytes, int]], ba
         loc = rec.locate(v, batch_size) if rec is not None else None
         if loc is not None:
             out[(t, v)] = slots.decode(bytes(loc[0].utxos[loc[1] : loc[1] + SLOT]))[1]
-            if recs[t].conflicting:
+            if recs[t].conflicting:  # (found: `loc` is set)
                 bad.add(t)
     out.conflicting = frozenset(bad)
     return out
