@@ -54,15 +54,14 @@ class Conflicts:
         is one)."""
         if self._undo is None:
             return
+        grew = False
         marked, noted = self._undo.get("conflicted", []), self._undo.get("locked", [])
-        new_locked = [p.hex() for p in dict.fromkeys(locked) if p.hex() not in noted]
         if conflicted is not None and conflicted.hex() not in marked:
-            self._undo["conflicted"] = [*marked, conflicted.hex()]
-        elif not new_locked:
-            return  # nothing new
-        if new_locked:
-            self._undo["locked"] = [*noted, *new_locked]
-        self._keep_undo()
+            self._undo["conflicted"], grew = [*marked, conflicted.hex()], True
+        if new := [p.hex() for p in dict.fromkeys(locked) if p.hex() not in noted]:
+            self._undo["locked"], grew = [*noted, *new], True
+        if grew:
+            self._keep_undo()
 
     def _keep_undo(self) -> None:
         """Write the undo record again, grown by a note (where there is one to write)."""

@@ -95,10 +95,9 @@ def hold_inputs(utxo: UtxoStore, tx: Tx, height: int) -> UtxoError | None:
     (the swap ends with the output the block's, or free again). A tx whose parent is
     conflicting is made conflicting too: e.g. the parent was marked while this tx had a spend
     there but no record, so the marking could not reach it (it marks every descendant it
-    finds by record). A
-    record that is conflicting (its spends released on purpose) or mined on the chain (a block
-    made it, and its spend phase, which makes rivals conflicting, holds its inputs) is left
-    alone."""
+    finds by record). A record that is conflicting (its spends released on purpose) or mined
+    on the chain (a block made it, and its spend phase, which makes rivals conflicting, holds
+    its inputs) is left alone."""
     if tx.is_coinbase:
         return None
     ops = [(i.prev_txid, i.prev_vout) for i in tx.inputs]
@@ -109,7 +108,7 @@ def hold_inputs(utxo: UtxoStore, tx: Tx, height: int) -> UtxoError | None:
     standing = utxo.standing([tx.txid]).get(tx.txid)
     if standing is None or standing.mined or standing.conflicting:
         return None  # gone since; the chain's (a block holds its inputs); released on purpose
-    if held.conflicting:  # made conflicting while this tx had no record for it to find
+    if held.conflicting:  # a descendant of a conflicting tx is conflicting (see the module)
         _Loser(utxo).make_conflicting([tx.txid], lock=False)
         names = ", ".join(sorted(hash_to_hex(t) for t in held.conflicting))
         return TxConflicting(f"tx {tx.txid_hex} spends conflicting tx {names}", txid=tx.txid)

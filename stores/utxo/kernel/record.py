@@ -232,10 +232,9 @@ def spenders(recs: Mapping[bytes, Record], want: Iterable[tuple[bytes, int]], ba
     bad: set[bytes] = set()
     for t, v in want:
         rec = recs.get(t)
-        loc = rec.locate(v, batch_size) if rec is not None else None
-        if loc is not None:
+        if rec is not None and (loc := rec.locate(v, batch_size)) is not None:
             out[(t, v)] = slots.decode(bytes(loc[0].utxos[loc[1] : loc[1] + SLOT]))[1]
-            if recs[t].conflicting:  # (found: `loc` is set)
+            if rec.conflicting:
                 bad.add(t)
     out.conflicting = frozenset(bad)
     return out
