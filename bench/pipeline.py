@@ -12,6 +12,10 @@ holds one coinbase and N 2-in/2-out transactions spending the previous block's o
 - `store_only_tx_per_s`: the same blocks through a `Sequencer` in this process (fresh stores).
 - `limit_tx_per_s`: plain SQLite, a block a transaction: its outputs inserted into and the
   outputs it spends deleted from a `(txid, vout) → value, script` table (rows built untimed).
+- `sql_floor_tx_per_s` (SQLite): the statements a second store-only run sent to the UTXO store,
+  recorded, then replayed alone on a copy of its starting database (`bench.sqlfloor`): the best store-only
+  could reach with the same statements and no Python at all; `sql_floor_vs_limit` is the
+  ceiling of `store_only_vs_limit`.
 - `cpu_s_per_1000_tx`: CPU seconds of the worker processes (main and pool children) while
   the chain went through; `parses_per_block`: the blocks the workers parsed (their log's
   "parsed block" lines, counted) per block, and `parses_per_block_per_process` per block and
@@ -42,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.sqlfloor import Recorder
 from bench.store import database, log
 from chain import Tx, TxIn, parse_block
 from chain.build import build_block, build_tx, coinbase_tx, p2pkh, spend_input
@@ -113,11 +118,16 @@ def seed(urls: dict[str, str], entries: list[Utxo]) -> None:
         state.close()
 
 
-def store_only(urls: dict[str, str], raws: list[bytes]) -> float:
+def store_only(
+    urls: dict[str, str], raws: list[bytes], floor_copy: Path | None = None
+) -> tuple[float, float | None]:
+    """Seconds the blocks take through a `Sequencer` in this process; with `floor_copy` (SQLite)
+    also the seconds of the UTXO store's own statements replayed alone (`bench.sqlfloor`)."""
     tune_for_blocks()  # as in a worker process (workers/services.py)
     utxo = open_utxo_store(urls["store"], blob_url=urls["blobs"])
     state = open_state_store(urls["state"])
     seq = Sequencer(utxo, state, open_blob_store(urls["blobs"]))
+    recorder = Recorder(utxo, floor_copy) if floor_copy is not None else None
     try:
         t0 = time.perf_counter()
         for raw in raws:
@@ -126,10 +136,12 @@ def store_only(urls: dict[str, str], raws: list[bytes]) -> float:
         tip = state.tip()
         if tip is None or tip.height != SNAPSHOT_HEIGHT + len(raws):
             raise SystemExit(f"bench: store-only run stopped at {tip}")
-        return elapsed
     finally:
+        if recorder is not None:
+            recorder.stop()
         utxo.close()
         state.close()
+    return elapsed, (recorder.replay() if recorder is not None else None)
 
 
 def rss_mb(pid: int) -> float:
@@ -332,7 +344,14 @@ def main(argv: list[str] | None = None) -> int:
             urls = fresh_stores(url, tmp, "alone")
             seed(urls, entries)
             log("store only …")
-            alone = store_only(urls, raws)
+            alone, _ = store_only(urls, raws)
+        floor = None
+        if args.backend == "sqlite":  # again, recorded (the recorder's own cost kept out of the above)
+            with database(args.backend) as url:
+                urls = fresh_stores(url, tmp, "floor")
+                seed(urls, entries)
+                log("store only, its statements recorded, then replayed alone …")
+                _, floor = store_only(urls, raws, tmp / "floor-copy.db")
         with database(args.backend) as url:
             urls = fresh_stores(url, tmp, "workers")
             seed(urls, entries)
@@ -352,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         "limit_tx_per_s": round(n / limit),
         "ratio": round(alone / piped.seconds, 3),  # end to end / store only
         "store_only_vs_limit": round(limit / alone, 3),
+        **({} if floor is None else {
+            "sql_floor_tx_per_s": round(n / floor), "sql_floor_vs_limit": round(limit / floor, 3),
+        }),
         "cpu_s_per_1000_tx": round(piped.cpu_s / (n / 1000), 3),
         "parses_per_block": round(piped.parses / args.blocks, 2),
         "parses_per_block_per_process": round(piped.parses / max(piped.parsed_pairs, 1), 2),

@@ -11,6 +11,10 @@ stays, and is told of each child deleted (a row update per such child, as in a r
 database, the rows of `txs` are copied into a twin table with the same indexes and deleted with
 one `DELETE … WHERE delete_at_height <= H` (the limit); the twin is dropped, and one pruner job
 at the tip (`Pruner.drive`, chunks in this process) deletes the due records of the store.
+On SQLite the same job then runs again on a copy of the store as the first found it, its
+statements recorded and replayed alone (`bench.sqlfloor`): `sql_floor_records_per_s` is the best
+the pruner could do with the same statements and no Python at all, and `sql_floor_ratio` the
+ceiling of `ratio` at this chunk size. `peak_rss_mb` is taken before that second run.
 The last line of stdout is one JSON object.
 """
 
@@ -20,8 +24,10 @@ import argparse
 import json
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
+from bench.sqlfloor import Recorder, backup
 from bench.store import database, log, peak_rss_mb
 from chain import Tx, TxIn
 from chain.build import build_tx, p2pkh, spend_input
@@ -129,6 +135,26 @@ def limit(store: Any, height: int, chunk: int) -> tuple[int, float, float]:
     return n, one, chunked
 
 
+def run_pruner(store: UtxoStore, state_url: str, tmp: str, tip: int, chunk_size: int) -> tuple[Any, float]:
+    """One pruner job at the tip (`Pruner.drive`, chunks in this process): the job and its seconds."""
+    state = open_state_store(state_url)
+    try:
+        h = b"\x01" * 32
+        state.add_block(h, b"\x00" * 32, tip, 1, BlockStatus.APPLIED, 1)
+        state.set_tip(h)
+        pruner = Pruner(store, state, open_blob_store(f"file://{tmp}/blobs"),
+                        PrunerConfig(RETENTION, RETENTION // 2, 14400, progress_log_interval=10.0,
+                                     chunk_size=chunk_size))
+        pruner.request(tip)
+        t = time.perf_counter()
+        (job,) = pruner.drive()
+        elapsed = time.perf_counter() - t
+    finally:
+        state.close()
+    assert job.status == "completed", job
+    return job, elapsed
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
@@ -146,33 +172,38 @@ def main() -> None:
         log(f"filled in {fill_s:.1f} s: {due:,} records due at {tip}")
         n_limit, limit_s, chunked_s = limit(store, tip, args.chunk_size)
         assert n_limit == due, (n_limit, due)
-        state_url = url if args.backend == "postgresql" else f"sqlite:///{tmp}/state.db"
-        state = open_state_store(state_url)
-        h = b"\x01" * 32
-        state.add_block(h, b"\x00" * 32, tip, 1, BlockStatus.APPLIED, 1)
-        state.set_tip(h)
-        pruner = Pruner(store, state, open_blob_store(f"file://{tmp}/blobs"),
-                        PrunerConfig(RETENTION, RETENTION // 2, 14400, progress_log_interval=10.0,
-                                     chunk_size=args.chunk_size))
-        pruner.request(tip)
-        t = time.perf_counter()
-        (job,) = pruner.drive()
-        prune_s = time.perf_counter() - t
-        assert job.status == "completed", job
+        floor_from = Path(tmp) / "floor-from.db"
+        if args.backend == "sqlite":  # the store as the run finds it, for the SQL floor below
+            backup(store, floor_from)
+        job, prune_s = run_pruner(store, url if args.backend == "postgresql" else f"sqlite:///{tmp}/state.db",
+                                  tmp, tip, args.chunk_size)
         deleted = job.figures["delete"]["deleted"]
         assert deleted == due and not store.due_page(tip, None, 1)[0], job.figures
         store.close()
-        state.close()
+        rss = peak_rss_mb()
+        floor: dict[str, Any] = {}
+        if args.backend == "sqlite":
+            log("the same run again, its statements recorded, then replayed alone …")
+            again = open_utxo_store(f"sqlite:///{floor_from}", retention=RETENTION, blob_url=f"file://{tmp}/blobs")
+            recorder = Recorder(again, Path(tmp) / "floor-copy.db")
+            try:
+                run_pruner(again, f"sqlite:///{tmp}/state-floor.db", tmp, tip, args.chunk_size)
+            finally:
+                recorder.stop()
+                again.close()
+            floor_s = recorder.replay()
+            floor = {"sql_floor_records_per_s": round(deleted / floor_s),
+                     "sql_floor_ratio": round(deleted / floor_s / (n_limit / limit_s), 3)}
     rate, limit_rate = deleted / prune_s, n_limit / limit_s
     print(json.dumps({
         "bench": "prune", "backend": args.backend, "records": deleted, "per_block": args.per_block,
         "chunk_size": args.chunk_size,
         "records_per_s": round(rate), "limit_records_per_s": round(limit_rate),
         "ratio": round(rate / limit_rate, 3),
-        "limit_chunked_records_per_s": round(n_limit / chunked_s), "target_ratio": TARGET,
+        "limit_chunked_records_per_s": round(n_limit / chunked_s), **floor, "target_ratio": TARGET,
         "seconds": round(prune_s, 2),
         "limit_seconds": round(limit_s, 2), "fill_seconds": round(fill_s, 1),
-        "delete_seconds": job.figures["delete"]["seconds"], "peak_rss_mb": round(peak_rss_mb(), 1),
+        "delete_seconds": job.figures["delete"]["seconds"], "peak_rss_mb": round(rss, 1),
         "target_peak_rss_mb": 512,
     }))
 

@@ -23,7 +23,8 @@ def test_bench_pipeline_reports_its_fields() -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["bench"] == "pipeline" and out["txs"] == 3 * 40 and out["blocks"] == 3
-    for field in ("tx_per_s", "store_only_tx_per_s", "limit_tx_per_s", "cpu_s_per_1000_tx"):
+    for field in ("tx_per_s", "store_only_tx_per_s", "limit_tx_per_s", "cpu_s_per_1000_tx",
+                  "sql_floor_tx_per_s", "sql_floor_vs_limit"):
         assert out[field] > 0, field
     # every block parsed by some worker, none twice in one process (counted in their logs)
     assert out["parses_per_block"] >= 1 and out["parses_per_block_per_process"] == 1.0
@@ -40,7 +41,8 @@ def test_bench_prune_prunes_every_due_record_and_reports_its_fields() -> None:
     # 4 spent blocks of 500 and the 5 seed transactions they spent; the bench itself checks
     # that the job deleted exactly what the plain DELETE did and that nothing due is left
     assert out["bench"] == "prune" and out["records"] == 4 * 500 + 5
-    for field in ("records_per_s", "limit_records_per_s", "limit_chunked_records_per_s", "peak_rss_mb"):
+    for field in ("records_per_s", "limit_records_per_s", "limit_chunked_records_per_s", "peak_rss_mb",
+                  "sql_floor_records_per_s", "sql_floor_ratio"):
         assert out[field] > 0, field
 
 
