@@ -72,7 +72,11 @@ class _Connection:
 
 def backup(store: Any, to: Path) -> None:
     """A consistent copy of a SQLite store's database (SQLite's backup API) at `to`."""
-    with closing(sqlite3.connect(store.db.path)) as src, closing(sqlite3.connect(to)) as dst:
+    _copy(Path(store.db.path), to)
+
+
+def _copy(path: Path, to: Path) -> None:
+    with closing(sqlite3.connect(path)) as src, closing(sqlite3.connect(to)) as dst:
         src.backup(dst)
 
 
@@ -101,11 +105,14 @@ class Recorder:
             out[sql.split(None, 1)[0].upper()] += len(params) if many else 1
         return out
 
-    def replay(self) -> float:
-        """Seconds the recorded statements take alone on the copy (pragmas recorded are skipped:
-        the copy is opened with the store's)."""
+    def replay(self, keep_as: Path | None = None) -> float:
+        """Seconds the recorded statements take alone, on a fresh copy of the copy taken before
+        (so a replay can be repeated), removed afterwards unless `keep_as` names where to keep
+        it; recorded pragmas are skipped: the copy is opened with the store's."""
         ops = [op for op in self.ops if not op[1].lstrip().upper().startswith("PRAGMA")]
-        conn = sqlite3.connect(self.copy, isolation_level=None, cached_statements=256)
+        scratch = keep_as or self.copy.with_name(self.copy.name + ".replay")
+        _copy(self.copy, scratch)
+        conn = sqlite3.connect(scratch, isolation_level=None, cached_statements=256)
         try:
             for pragma in PRAGMAS:
                 conn.execute(pragma)
@@ -122,3 +129,5 @@ class Recorder:
             return time.perf_counter() - t0
         finally:
             conn.close()
+            for suffix in () if keep_as else ("", "-wal", "-shm"):
+                scratch.with_name(scratch.name + suffix).unlink(missing_ok=True)
