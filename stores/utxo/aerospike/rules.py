@@ -37,6 +37,7 @@ Invariants:
 from __future__ import annotations
 
 import secrets
+import struct
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -54,6 +55,24 @@ REDONE = ("UTXO_HASH_MISMATCH", "UTXO_NOT_FROZEN")  # what a reassign done alrea
 def mine(txid: bytes, vin: int) -> bytes:
     """The spending data input `vin` of `txid` writes."""
     return txid + vin.to_bytes(4, "little")
+
+
+# A spend's item as the Lua `spend` reads it: slot, vout, vin, whether a UTXO hash is expected,
+# that hash (zero when not); a call's items go as one bytes value (see `spend` in the module).
+_ITEM = struct.Struct("<IIIB32s")
+_NO_HASH = bytes(32)
+
+
+def packed(items: Sequence[tuple[int, int, Outpoint, bytes | None]]) -> bytes:
+    """`_groups`' items of one record, (vin, slot, outpoint, hash expected or None), packed."""
+    pack = _ITEM.pack
+    return b"".join(pack(s, op[1], v, w is not None, w or _NO_HASH) for v, s, op, w in items)
+
+
+def hashes(res: Mapping[str, Any]) -> list[bytes]:
+    """The items' UTXO hashes a spend answered, in item order."""
+    b = bytes(res["hashes"])
+    return [b[i : i + 32] for i in range(0, len(b), 32)]
 
 
 def verdict(
@@ -211,7 +230,7 @@ class Rules:
         owners: list[tuple[int, list[tuple[int, int, Outpoint, bytes | None]]]] = []
         for k in which:
             for (parent, page), items in self._groups(txs[k]).items():
-                args = [[[s, op[1], w, v] for v, s, op, w in items], txs[k].txid, *common]
+                args = [packed(items), txs[k].txid, *common]
                 calls.append((self.conn.key(parent, page), "spend", args))
                 owners.append((k, items))
         results = self.conn.apply_many(calls)
@@ -238,8 +257,8 @@ class Rules:
                 continue
             spends = out[k]
             assert isinstance(spends, list)
-            spends += [Spend(op[0], op[1], bytes(h), txs[k].txid, vin)
-                       for (vin, _s, op, _w), h in zip(items, r["hashes"])]  # fmt: skip
+            spends += [Spend(op[0], op[1], h, txs[k].txid, vin)
+                       for (vin, _s, op, _w), h in zip(items, hashes(r))]  # fmt: skip
             self._report(key, r, dah_height)
         for k in which:
             spends = out[k]
@@ -284,11 +303,11 @@ class Rules:
                 errors += [(vin, verdicts.tx_creating(op, parent=True)) for vin, _s, op, _w in items]
                 continue
             key = self.conn.key(parent, page)
-            res = self.conn.apply(key, "spend", [[[s, op[1], w, v] for v, s, op, w in items], *common])
+            res = self.conn.apply(key, "spend", [packed(items), *common])
             if res.get("code") == "TX_NOT_FOUND" and len(key[2]) > 32:  # no such page: see `_call`
                 items = [(v, op[1], op, w) for v, _s, op, w in items]
                 key = self.conn.key(key[2][:32])
-                res = self.conn.apply(key, "spend", [[[s, op[1], w, v] for v, s, op, w in items], *common])
+                res = self.conn.apply(key, "spend", [packed(items), *common])
             if "code" in res:  # the record refused every input on it
                 if res["code"] == "TX_NOT_FOUND" and skip_missing:
                     continue
@@ -304,8 +323,8 @@ class Rules:
                         (vin, verdict(e, op, "spend", want=want, spender=txid, vin=vin, height=height))
                     )
                 continue
-            for (vin, _slot, op, _want), h in zip(items, res["hashes"]):
-                spends.append(Spend(op[0], op[1], bytes(h), txid, vin))
+            for (vin, _slot, op, _want), h in zip(items, hashes(res)):
+                spends.append(Spend(op[0], op[1], h, txid, vin))
             fresh = res["fresh"]
             if fresh:
                 undo = [[items[k][1], mine(txid, items[k][0])] for k in fresh]
