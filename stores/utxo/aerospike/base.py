@@ -103,15 +103,17 @@ class AerospikeBase:
         """Write each record unless its key exists: per item, whether it was written."""
         import aerospike
         from aerospike_helpers.batch import records as br
-        from aerospike_helpers.operations import operations as op
 
         policy: dict[str, Any] = {"exists": aerospike.POLICY_EXISTS_CREATE}
         if ttl is not None:
             policy["ttl"] = ttl
+        write = aerospike.OPERATOR_WRITE
 
         def make(i: int) -> Any:
             key, bins = items[i]
-            return br.Write(key, [op.write(name, value) for name, value in bins.items()], policy=policy)
+            # (`operations.write`'s dict, made in place: a call per bin was a tenth of a create)
+            return br.Write(key, [{"op": write, "bin": name, "val": value} for name, value in bins.items()],
+                            policy=policy)
 
         # no retry by the client: a retried create-only write that had gone through would come
         # back "exists" and be taken for someone else's record (a busy key never ran: `batch`)

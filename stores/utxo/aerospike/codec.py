@@ -71,6 +71,8 @@ AT_DEFAULT = frozenset({
     *BOOLS, "spent_utxos", "spending_height", "total_extra_recs", "conflicting_children", "deleted_children",
     "inpoints", "version", "locktime", "script_keys", "id",
 })  # fmt: skip
+# (field, bin, absent at its zero, boolean): `to_bins`' walk of `BINS`, its tests made once
+_FIELDS = tuple((f, b, f in AT_DEFAULT, f in BOOLS) for f, b in BINS.items())
 BLOCK_BINS = ("blockIDs", "blockHeights", "subtreeIdxs")
 PAGE_SPENT = "pageSpent"
 RAW, RAW_FORMAT = "raw", "rawFormat"  # the transaction (or a snapshot's outputs) when not external
@@ -116,13 +118,13 @@ def to_bins(rec: Record, raw_format: int = RAW_NONE, raw: bytes | None = None) -
     bins: dict[str, Any] = {}
     if raw is not None:
         bins[RAW], bins[RAW_FORMAT] = raw, raw_format
-    for field, name in BINS.items():
+    for field, name, at_default, boolean in _FIELDS:
         value = getattr(rec, field)
-        if value is None or (not value and field in AT_DEFAULT):
+        if value is None or (at_default and not value):
             continue
-        if field in BOOLS:
+        if boolean:
             value = int(value)
-        elif isinstance(value, bytearray):
+        elif type(value) is bytearray:
             value = bytes(value)
         bins[name] = value
     live = live_keys(rec)
