@@ -128,8 +128,9 @@ def store_only(
     utxo = open_utxo_store(urls["store"], blob_url=urls["blobs"])
     state = open_state_store(urls["state"])
     seq = Sequencer(utxo, state, open_blob_store(urls["blobs"]))
-    recorder = Recorder(utxo, floor_copy) if floor_copy is not None else None
+    recorder = None
     try:
+        recorder = Recorder(utxo, floor_copy) if floor_copy is not None else None
         t0 = time.perf_counter()
         for raw in raws:
             seq.submit(raw)

@@ -12,10 +12,11 @@ database, the rows of `txs` are copied into a twin table with the same indexes a
 one `DELETE … WHERE delete_at_height <= H` (the limit); the twin is dropped, and one pruner job
 at the tip (`Pruner.drive`, chunks in this process) deletes the due records of the store.
 On SQLite the same job then runs again on a copy of the store as the first found it, its
-statements recorded and replayed alone, twice (`bench.sqlfloor`): `sql_floor_records_per_s` (the
-better replay) is the best
+statements recorded and replayed alone, twice, each beside another plain DELETE on a copy of
+the same start (`bench.sqlfloor`): `sql_floor_records_per_s` (the better replay) is the best
 the pruner could do with the same statements and no Python at all, and `sql_floor_ratio` the
-ceiling of `ratio` at this chunk size. `peak_rss_mb` is taken before that second run.
+ceiling of `ratio` at this chunk size (the better replay against the best of the three plain
+DELETEs, so the machine's drift stays out of it). `peak_rss_mb` is taken before that second run.
 The last line of stdout is one JSON object.
 """
 
@@ -28,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.sqlfloor import Recorder, backup
+from bench.sqlfloor import Recorder, backup, copy_database, remove_database
 from bench.store import database, log, peak_rss_mb
 from chain import Tx, TxIn
 from chain.build import build_tx, p2pkh, spend_input
@@ -93,10 +94,11 @@ def fill(store: UtxoStore, records: int, per_block: int) -> int:
     return 1 + blocks
 
 
-def limit(store: Any, height: int, chunk: int) -> tuple[int, float, float]:
+def limit(store: Any, height: int, chunk: int, chunked: bool = True) -> tuple[int, float, float]:
     """Rows deleted and seconds of the plain DELETE on a twin of `txs` (same rows and indexes):
     one statement in one transaction (the limit), and, on a second twin, by id in transactions of
-    `chunk` rows (what any chunked deleting pays in commits: for the record)."""
+    `chunk` rows (what any chunked deleting pays in commits: for the record; 0 when not
+    `chunked`)."""
     db = store.db
     twin = "txs_limit"
 
@@ -122,6 +124,8 @@ def limit(store: Any, height: int, chunk: int) -> tuple[int, float, float]:
     n = db.write("plain delete", delete)
     one = time.perf_counter() - t
     db.write("drop the twin", lambda cur: cur.execute(f"DROP TABLE {twin}"))
+    if not chunked:
+        return n, one, 0.0
     db.write("copy the twin", copy)
     ids = db.read("due ids", lambda cur: [r[0] for r in cur.execute(db.q(
         f"SELECT id FROM {twin} WHERE delete_at_height <= ? ORDER BY delete_at_height, id"), (height,)
@@ -131,9 +135,9 @@ def limit(store: Any, height: int, chunk: int) -> tuple[int, float, float]:
     for i in range(0, len(ids), chunk):
         part = [(x,) for x in ids[i : i + chunk]]
         db.write("chunked delete", lambda cur, part=part: cur.executemany(sql, part))
-    chunked = time.perf_counter() - t
+    by_id = time.perf_counter() - t
     db.write("drop the twin", lambda cur: cur.execute(f"DROP TABLE {twin}"))
-    return n, one, chunked
+    return n, one, by_id
 
 
 def run_pruner(store: UtxoStore, state_url: str, tmp: str, tip: int, chunk_size: int) -> tuple[Any, float]:
@@ -188,13 +192,27 @@ def main() -> None:
             again = open_utxo_store(f"sqlite:///{floor_from}", retention=RETENTION, blob_url=f"file://{tmp}/blobs")
             recorder = Recorder(again, Path(tmp) / "floor-copy.db")
             try:
-                run_pruner(again, f"sqlite:///{tmp}/state-floor.db", tmp, tip, args.chunk_size)
+                job2, _ = run_pruner(again, f"sqlite:///{tmp}/state-floor.db", tmp, tip, args.chunk_size)
             finally:
                 recorder.stop()
                 again.close()
-            floor_s = min(recorder.replay(), recorder.replay())
-            floor = {"sql_floor_records_per_s": round(deleted / floor_s),
-                     "sql_floor_ratio": round(deleted / floor_s / (n_limit / limit_s), 3)}
+            assert job2.figures["delete"]["deleted"] == deleted, job2.figures
+            # each replay beside another plain DELETE, on a copy of the same start: the best of
+            # each, so the machine's drift between the limit above and the replays stays out
+            floors, limits = [], [limit_s]
+            for i in range(2):
+                floors.append(recorder.replay())
+                scratch = Path(tmp) / f"limit-{i}.db"
+                copy_database(recorder.copy, scratch)
+                twin_store = open_utxo_store(f"sqlite:///{scratch}", retention=RETENTION,
+                                             blob_url=f"file://{tmp}/blobs")
+                try:
+                    limits.append(limit(twin_store, tip, args.chunk_size, chunked=False)[1])
+                finally:
+                    twin_store.close()
+                    remove_database(scratch)
+            floor = {"sql_floor_records_per_s": round(deleted / min(floors)),
+                     "sql_floor_ratio": round(min(limits) / min(floors), 3)}
     rate, limit_rate = deleted / prune_s, n_limit / limit_s
     print(json.dumps({
         "bench": "prune", "backend": args.backend, "records": deleted, "per_block": args.per_block,

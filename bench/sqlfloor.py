@@ -13,6 +13,9 @@ Invariants:
   opens it with the pragmas the store opens its connection with: same starting pages, same
   settings.
 - Rows a replayed SELECT returns are fetched (the run paid for them) and dropped.
+- What is recorded is what went through the store's one connection (`Database._sqlite`); a
+  listing's own read connection (`Database.stream`) is not, and neither the pipeline's
+  store-only run nor the pruner opens one.
 """
 
 from __future__ import annotations
@@ -32,21 +35,35 @@ PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", *SqliteUtxoSt
 Op = tuple[bool, str, Any]  # (many, statement, parameters: a row, or a list of rows)
 
 
+def _frozen(params: Any) -> Any:
+    """Parameters as they are now: a bytearray (a record's slots, changed again by a later
+    unit) is copied, or the replay would write its later value."""
+    if isinstance(params, dict):
+        return {k: bytes(v) if isinstance(v, bytearray) else v for k, v in params.items()}
+    return tuple(bytes(v) if isinstance(v, bytearray) else v for v in params)
+
+
 class _Cursor:
+    """A cursor that records each statement once it has run (one that failed is not replayed:
+    what the run's rollback undid, the replay's undoes too)."""
+
     def __init__(self, cur: sqlite3.Cursor, log: list[Op]) -> None:
         self._cur, self._log = cur, log
 
     def execute(self, sql: str, params: Any = ()) -> _Cursor:
-        params = params if isinstance(params, dict) else tuple(params)
-        self._log.append((False, sql, params))
+        params = _frozen(params)
         self._cur.execute(sql, params)
+        self._log.append((False, sql, params))
         return self
 
     def executemany(self, sql: str, rows: Iterable[Any]) -> _Cursor:
-        rows = [tuple(r) for r in rows]  # a generator is read once: keep what it gave
-        self._log.append((True, sql, rows))
+        rows = [_frozen(r) for r in rows]  # (a generator is read once: keep what it gave)
         self._cur.executemany(sql, rows)
+        self._log.append((True, sql, rows))
         return self
+
+    def executescript(self, script: str) -> Any:
+        raise NotImplementedError("bench.sqlfloor does not record scripts")
 
     def __iter__(self) -> Any:
         return iter(self._cur)
@@ -63,8 +80,19 @@ class _Connection:
         return _Cursor(self._conn.cursor(), self._log)
 
     def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
-        self._log.append((False, sql, tuple(params)))
-        return self._conn.execute(sql, params)
+        params = _frozen(params)
+        cur = self._conn.execute(sql, params)
+        self._log.append((False, sql, params))
+        return cur
+
+    def executemany(self, sql: str, rows: Iterable[Any]) -> sqlite3.Cursor:
+        rows = [_frozen(r) for r in rows]
+        cur = self._conn.executemany(sql, rows)
+        self._log.append((True, sql, rows))
+        return cur
+
+    def executescript(self, script: str) -> Any:
+        raise NotImplementedError("bench.sqlfloor does not record scripts")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
@@ -72,16 +100,23 @@ class _Connection:
 
 def backup(store: Any, to: Path) -> None:
     """A consistent copy of a SQLite store's database (SQLite's backup API) at `to`."""
-    _copy(Path(store.db.path), to)
+    copy_database(Path(store.db.path), to)
 
 
-def _copy(path: Path, to: Path) -> None:
+def copy_database(path: Path, to: Path) -> None:
+    """A consistent copy of the SQLite database at `path` (SQLite's backup API) at `to`."""
     with closing(sqlite3.connect(path)) as src, closing(sqlite3.connect(to)) as dst:
         src.backup(dst)
 
 
+def remove_database(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+
 class Recorder:
-    """Records a SQLite UTXO store's statements from `start` on; `replay` times them alone."""
+    """Records a SQLite UTXO store's statements from its making until `stop`; `replay` times
+    them alone."""
 
     def __init__(self, store: Any, copy_to: Path) -> None:
         db = store.db
@@ -111,7 +146,7 @@ class Recorder:
         it; recorded pragmas are skipped: the copy is opened with the store's."""
         ops = [op for op in self.ops if not op[1].lstrip().upper().startswith("PRAGMA")]
         scratch = keep_as or self.copy.with_name(self.copy.name + ".replay")
-        _copy(self.copy, scratch)
+        copy_database(self.copy, scratch)
         conn = sqlite3.connect(scratch, isolation_level=None, cached_statements=256)
         try:
             for pragma in PRAGMAS:
@@ -129,5 +164,5 @@ class Recorder:
             return time.perf_counter() - t0
         finally:
             conn.close()
-            for suffix in () if keep_as else ("", "-wal", "-shm"):
-                scratch.with_name(scratch.name + suffix).unlink(missing_ok=True)
+            if keep_as is None:
+                remove_database(scratch)
