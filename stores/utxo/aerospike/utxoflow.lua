@@ -252,11 +252,12 @@ end
 -- items = bytes, ITEM bytes an item: slot, vout, vin (LE u32 each), whether a UTXO hash is
 -- expected (a byte, 0/1), that hash (32 bytes, zero when not): packed in one value, because
 -- each list element a call reads crosses into the server's C as a value of its own (measured:
--- about half the cost of a two-input spend). spender = the spending txid.
+-- the list's loop was about a third of a two-input spend). spender = the spending txid.
 -- All or nothing: any failing item → {errors = list of {index, error}}, nothing written.
 -- Else {fresh = the indexes newly spent (the others were this spender's already), hashes = the
--- items' UTXO hashes, 32 bytes each in item order, spent, gen}. `confirm` ≠ 0: the spend is a block's call, whose token it is,
--- put on every item's slot in `blockSpent` (see the invariants), those this spender held too.
+-- items' UTXO hashes, 32 bytes each in item order, spent, gen}. `confirm` ≠ 0: the spend is a
+-- block's call, whose token it is, put on every item's slot in `blockSpent` (see the
+-- invariants), those this spender held too.
 function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_height, retention, confirm)
     if not aerospike:exists(rec) then
         return err("TX_NOT_FOUND")
