@@ -355,10 +355,9 @@ def main(argv: list[str] | None = None) -> int:
                 log("store only, recorded; its statements replayed alone twice, each beside the limit …")
                 _, recorder = store_only(urls, raws, tmp / "floor-copy.db")
             assert recorder is not None
-            # the replay and the plain limit in turn, the best of each: the machine's drift
-            # between the limit above and this replay would otherwise be in the ratio
-            pairs = [(plain_limit(entries, raws, tmp, f"limit-{i}.db"), recorder.replay()) for i in range(2)]
-            best_limit, best_floor = min(p[0] for p in pairs), min(p[1] for p in pairs)
+            best_limit, best_floor = recorder.beside(
+                lambda i: plain_limit(entries, raws, tmp, f"limit-{i}.db")
+            )
             floor = {"sql_floor_tx_per_s": round(n / best_floor),
                      "sql_floor_vs_limit": round(best_limit / best_floor, 3)}
         with database(args.backend) as url:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -166,3 +166,10 @@ class Recorder:
             conn.close()
             if keep_as is None:
                 remove_database(scratch)
+
+    def beside(self, limit: Callable[[int], float], rounds: int = 2) -> tuple[float, float]:
+        """`rounds` replays, each after a run of the bench's plain limit (`limit(i)`: its
+        seconds); the best seconds of each, (limit, replay): the machine's drift between a
+        limit timed long before and the replays stays out of their ratio."""
+        pairs = [(limit(i), self.replay()) for i in range(rounds)]
+        return min(p[0] for p in pairs), min(p[1] for p in pairs)

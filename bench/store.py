@@ -134,6 +134,7 @@ def aerospike_limit(store: UtxoStore) -> Any:
 
     s: Any = store
     twin = f"{s.conn.set}_limit"
+    client = s.conn.client  # (the client itself: a clock put on the store's later does not see these)
 
     def write(txs: list[Tx], height: int) -> float:
         make = create.masters(height, [(height, height, 0)], batch_size=s.batch_size, retention=288,
@@ -150,7 +151,7 @@ def aerospike_limit(store: UtxoStore) -> Any:
             key = (s.conn.namespace, twin, bytearray(tx.txid))
             batch.append(br.Write(key, [op.write(k, v) for k, v in bins.items()]))
         t0 = time.perf_counter()
-        s.conn.client.batch_write(br.BatchRecords(batch))
+        client.batch_write(br.BatchRecords(batch))
         return time.perf_counter() - t0
 
     return write
@@ -327,9 +328,7 @@ def run_aerospike(
     try:
         for height, txs in enumerate(batches, start=2):
             apply_batch(store, txs, height, t)
-            before = clock.seconds, clock.calls
-            limit += write(txs, height)
-            clock.seconds, clock.calls = before  # (the limit's call is timed by the limit)
+            limit += write(txs, height)  # (through the client itself, not the clock)
     finally:
         s.conn.client = clock._client
     t["in_client"] = clock.seconds
