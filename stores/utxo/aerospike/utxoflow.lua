@@ -240,12 +240,12 @@ local function is_deleted_child(rec, txid)
     return false
 end
 
-local function spendable_until(rec, vout)
-    local m = rec["spendableIn"]
-    if m == nil then
+-- the height an output is frozen until, from a record's `spendableIn` map (nil: not frozen)
+local function spendable_until(frozen_in, vout)
+    if frozen_in == nil then
         return nil
     end
-    return m[vout]
+    return frozen_in[vout]
 end
 
 -- kernel.spend.spend_tx for the inputs of one transaction that spend this record:
@@ -297,10 +297,7 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
             e = err("UTXO_HASH_MISMATCH")
             e["stored"] = bytes_of(string.sub(s, off + 1, off + HASH))
         else
-            local until_h = nil
-            if frozen_in ~= nil then
-                until_h = frozen_in[vout]
-            end
+            local until_h = spendable_until(frozen_in, vout)
             if until_h ~= nil and until_h >= height then
                 e = err("UTXO_FROZEN")
                 e["until"] = until_h + 1
@@ -613,7 +610,7 @@ function get_spend(rec, slot, vout, want_b, tip)
         m["status"] = "FROZEN"
         return m
     end
-    local until_h = spendable_until(rec, vout)
+    local until_h = spendable_until(rec["spendableIn"], vout)
     if until_h ~= nil and until_h > tip then
         m["status"] = "IMMATURE"
         m["until"] = until_h + 1
