@@ -1,13 +1,17 @@
-"""The store's batch calls pause the cyclic collector and always put it back as it was."""
+"""The store's batch calls pause the cyclic collector and always put it back as it was (on
+every backend: tests/stores/conftest.py)."""
 
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 
 import pytest
 
+from stores.utxo import UtxoStore
 from stores.utxo.gcpause import gc_paused
+from tests.stores.helpers import child, created, funding, uhash
 
 
 @gc_paused
@@ -83,3 +87,43 @@ def test_tuned_for_blocks_the_collector_runs_less_often_and_still_collects_cycle
         assert gone() is None and len(junk) == 2 * BLOCK_GC_THRESHOLD
     finally:
         gc.set_threshold(*before)
+
+
+def test_every_backends_batch_calls_run_with_the_collector_paused(store: UtxoStore) -> None:
+    """A block's three batch calls (create, spend, set mined) on each backend: with the
+    collector set to run at every allocation, none of its collections starts while one of
+    them is on the stack; it runs again once they return."""
+    parents = [funding(2) for _ in range(20)]
+    created(store, *parents, height=100, mined=True)
+    children = [child((p, 0), (p, 1)) for p in parents]
+    names = {"create_many", "spend_many", "set_mined_multi"}
+    inside: list[str] = []
+    runs = [0]
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if phase != "start":
+            return
+        runs[0] += 1
+        f = sys._getframe(1)
+        while f is not None:
+            if f.f_code.co_name in names and "/stores/" in f.f_code.co_filename:
+                inside.append(f.f_code.co_name)
+                return
+            f = f.f_back
+
+    before = gc.get_threshold()
+    gc.set_threshold(1)
+    gc.callbacks.append(watch)
+    try:
+        made = store.create_many(children, 101, meta=False)
+        spent = store.spend_many(children, 101)
+        mined = store.set_mined_multi([c.txid for c in children], 2, 101)
+        after = runs[0]
+        junk = [[i] for i in range(10)]  # allocations after the calls: the collector runs again
+    finally:
+        gc.callbacks.remove(watch)
+        gc.set_threshold(*before)
+    assert not any(isinstance(r, Exception) for r in (*made, *spent, *mined))
+    assert inside == []
+    assert runs[0] > after and len(junk) == 10
+    assert store.get_spend((parents[0].txid, 0), uhash(parents[0], 0)).spending_txid == children[0].txid

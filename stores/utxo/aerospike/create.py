@@ -28,6 +28,7 @@ from stores.utxo.aerospike import codec
 from stores.utxo.aerospike.paged import PagedMixin
 from stores.utxo.createplan import CreatePlanMixin
 from stores.utxo.errors import ProcessingError, TxExists
+from stores.utxo.gcpause import gc_paused
 from stores.utxo.kernel.record import Record
 from stores.utxo.records import BlockInfo, TxMeta, Utxo
 from stores.utxo.snapshot import snapshot_record
@@ -51,6 +52,7 @@ class CreateMixin(PagedMixin, CreatePlanMixin):
         assert r is not None
         return r
 
+    @gc_paused
     def create_many(
         self,
         txs: Sequence[Tx],

@@ -21,6 +21,7 @@ from chain import Tx
 from stores.utxo import validate
 from stores.utxo.aerospike.create import CreateMixin
 from stores.utxo.errors import Outpoint, ProcessingError, UtxoError
+from stores.utxo.gcpause import gc_paused
 from stores.utxo.kernel import outputs, verdicts
 from stores.utxo.kernel.spend import NO_IGNORE, Ignore, blesses
 from stores.utxo.records import Spend
@@ -35,6 +36,7 @@ class SpendMixin(CreateMixin):
             raise r
         return r
 
+    @gc_paused
     def spend_many(
         self,
         txs: Sequence[Tx],

@@ -24,11 +24,13 @@ from stores.errors import StoreError
 from stores.utxo import validate
 from stores.utxo.aerospike.spend import SpendMixin
 from stores.utxo.errors import TxNotFound, UtxoError
+from stores.utxo.gcpause import gc_paused
 
 log = logging.getLogger("utxoflow.store")
 
 
 class StateMixin(SpendMixin):
+    @gc_paused
     def set_mined_multi(
         self,
         txids: Sequence[bytes],
