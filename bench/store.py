@@ -125,7 +125,8 @@ def _aerospike_set() -> Iterator[str]:
 
 def aerospike_limit(store: UtxoStore) -> Any:
     """The plain writer of a batch's final records on Aerospike: each record as the store ends
-    with it (spent, mined), written with batch_write into a twin set, nothing else."""
+    with it (spent, mined), written with batch_write into a twin set, nothing else; spread over
+    the server's service threads, as the store sends a batch of distinct records."""
     from aerospike_helpers.batch import records as br
     from aerospike_helpers.operations import operations as op
 
@@ -151,7 +152,7 @@ def aerospike_limit(store: UtxoStore) -> Any:
             key = (s.conn.namespace, twin, bytearray(tx.txid))
             batch.append(br.Write(key, [op.write(k, v) for k, v in bins.items()]))
         t0 = time.perf_counter()
-        client.batch_write(br.BatchRecords(batch))
+        client.batch_write(br.BatchRecords(batch), {"allow_inline": False})  # (as the store: `spread`)
         return time.perf_counter() - t0
 
     return write
