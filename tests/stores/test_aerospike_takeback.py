@@ -44,7 +44,7 @@ def test_a_take_back_after_a_state_change_settles_the_delete_height_again(store:
     made conflicting is — not with the delete height from before the spend (none: never
     pruned). (The rule settles it at the take-back's height, a block after the twin's: due no
     sooner than the kernel would have it, which is the side to err on.)"""
-    from stores.utxo.aerospike.rules import mine, packed
+    from stores.utxo.aerospike.rules import mine, packed, spend_result
     from stores.utxo.kernel.spend import expected_hash
 
     one, twin = funding(1), funding(1)
@@ -52,7 +52,7 @@ def test_a_take_back_after_a_state_change_settles_the_delete_height_again(store:
     spender = child((one, 0))
     key, slot = store.rules.where((one.txid, 0))
     args = [packed([(0, slot, (one.txid, 0), expected_hash(spender, 0))]), spender.txid, 101, 0, 0, 101, 288]
-    res = store.conn.apply(key, "spend", args)
+    res = spend_result(store.conn.apply(key, "spend", args))
     assert store.get(one.txid).delete_at_height is not None  # all spent and mined: due
     store.set_conflicting([one.txid, twin.txid], True)
     undo = [[[slot, mine(spender.txid, 0)]], res.get("dah_was"), res.get("dah"), 101, 288, res.get("gen")]

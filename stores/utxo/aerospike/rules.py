@@ -69,6 +69,37 @@ def packed(items: Sequence[tuple[int, int, Outpoint, bytes | None]]) -> bytes:
     return b"".join(pack(s, op[1], v, w is not None, w or _NO_HASH) for v, s, op, w in items)
 
 
+# A successful spend's answer, as the Lua module packs it (its SPENT_FORMAT): delete-at-height
+# before and after (-1: none), spent, rev, how many items were newly spent; then those items'
+# indexes (LE u32 each), then every item's UTXO hash
+_SPENT = struct.Struct("<qqqqI")
+_U32 = struct.Struct("<I")
+
+
+def spend_result(res: Any) -> Mapping[str, Any]:
+    """A spend call's answer as a map: a refusal is one already; a success, packed, becomes
+    {dah_was, dah, spent, gen, fresh, hashes} (None for no delete-at-height)."""
+    if not isinstance(res, (bytes, bytearray)):
+        return res  # type: ignore[no-any-return]
+    was, dah, spent, gen, n = _SPENT.unpack_from(res)
+    at = _SPENT.size + 4 * n
+    return {
+        "dah_was": None if was < 0 else was, "dah": None if dah < 0 else dah, "spent": spent, "gen": gen,
+        "fresh": list(struct.unpack_from(f"<{n}I", res, _SPENT.size)), "hashes": res[at:],
+    }  # fmt: skip
+
+
+def mined_result(res: Any) -> Mapping[str, Any]:
+    """A set-mined call's answer as a map: a refusal is one already; a success, packed (the
+    record's child page count, LE u32, then its block ids, LE i64 each), becomes {extra,
+    blocks}."""
+    if not isinstance(res, (bytes, bytearray)):
+        return res  # type: ignore[no-any-return]
+    n = (len(res) - 4) // 8
+    (extra,) = _U32.unpack_from(res)
+    return {"extra": extra, "blocks": list(struct.unpack_from(f"<{n}q", res, 4))}
+
+
 def hashes(res: Mapping[str, Any]) -> list[bytes]:
     """The items' UTXO hashes a spend answered, in item order."""
     b = bytes(res["hashes"])
@@ -233,7 +264,7 @@ class Rules:
                 args = [packed(items), txs[k].txid, *common]
                 calls.append((self.conn.key(parent, page), "spend", args))
                 owners.append((k, items))
-        results = self.conn.apply_many(calls)
+        results = [spend_result(r) for r in self.conn.apply_many(calls)]
         creating = self._creating({bytes(key[2][:32]) for key, _f, _a in calls if len(key[2]) > 32})
         failed: set[int] = set()
         for r, (key, _f, _a), (k, _items) in zip(results, calls, owners):
@@ -303,11 +334,11 @@ class Rules:
                 errors += [(vin, verdicts.tx_creating(op, parent=True)) for vin, _s, op, _w in items]
                 continue
             key = self.conn.key(parent, page)
-            res = self.conn.apply(key, "spend", [packed(items), *common])
+            res = spend_result(self.conn.apply(key, "spend", [packed(items), *common]))
             if res.get("code") == "TX_NOT_FOUND" and len(key[2]) > 32:  # no such page: see `_call`
                 items = [(v, op[1], op, w) for v, _s, op, w in items]
                 key = self.conn.key(key[2][:32])
-                res = self.conn.apply(key, "spend", [packed(items), *common])
+                res = spend_result(self.conn.apply(key, "spend", [packed(items), *common]))
             if "code" in res:  # the record refused every input on it
                 if res["code"] == "TX_NOT_FOUND" and skip_missing:
                     continue
@@ -424,11 +455,11 @@ class Rules:
         self, txid: bytes, block: tuple[int, int, int], on_longest: bool, unset: bool, height: int
     ) -> list[int] | None:
         """The record's block ids after the change; None: no such record."""
-        res = self.conn.apply(
+        res = mined_result(self.conn.apply(
             self.conn.key(txid),
             "set_mined",
             [block[0], block[1], block[2], int(on_longest), int(unset), height, self.retention, 1],
-        )
+        ))  # fmt: skip
         return None if "code" in res else list(res["blocks"])
 
     def set_state(self, txid: bytes, what: str, value: int, height: int) -> bool:

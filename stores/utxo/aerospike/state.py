@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from chain import hash_to_hex
 from stores.errors import StoreError
 from stores.utxo import validate
+from stores.utxo.aerospike.rules import mined_result
 from stores.utxo.aerospike.spend import SpendMixin
 from stores.utxo.errors import TxNotFound, UtxoError
 from stores.utxo.gcpause import gc_paused
@@ -60,16 +61,17 @@ class StateMixin(SpendMixin):
         # a master still creating answers TX_CREATING unchanged (no record is read first): its
         # creation is finished, then it is asked again, this time whatever it holds
         keys = [self.key(t) for t in wanted]
-        found = dict(zip(wanted, self._apply_all(keys, "set_mined", [*args, int(unset)])))
+        found = dict(zip(wanted, map(mined_result, self._apply_all(keys, "set_mined", [*args, int(unset)]))))
         if not unset:
-            todo = self._half_created({t: r.get("code") for t, r in found.items() if "blocks" not in r})
+            todo = self._half_created({t: r["code"] for t, r in found.items() if "blocks" not in r})
             for t in todo:
                 try:
                     self.complete_creation(t, block_height)
                 except StoreError as e:  # this one stays as it is (creating, or not found); the rest go on
                     log.warning("set-mined could not finish the creation of tx %s: %s", hash_to_hex(t), e)
             if todo:
-                found.update(zip(todo, self._apply_all([self.key(t) for t in todo], "set_mined", [*args, 1])))
+                again = self._apply_all([self.key(t) for t in todo], "set_mined", [*args, 1])
+                found.update(zip(todo, map(mined_result, again)))
         # a multi-record tx's pages are unlocked too, every time (a call that died between the
         # master and its pages left them locked; the next delivery must not skip them)
         paged = [t for t, r in found.items() if r.get("extra")]

@@ -35,6 +35,9 @@ local ZERO4 = string.rep("\0", 4)
 local UNSPENT = string.rep("\0", 36)
 local ITEM_FORMAT = "<I4I4I4Bc32"  -- a spend's item (see `spend`): stores/utxo/aerospike/rules.py packs it
 local ITEM = string.packsize(ITEM_FORMAT)
+-- a spend's answer (see `spend`): delete-at-height before and after (-1: none), spent, rev,
+-- how many items were newly spent
+local SPENT_FORMAT = "<i8i8i8i8I4"
 local FROZEN = string.rep("\255", 36)
 
 local get_string = bytes.get_string
@@ -254,10 +257,11 @@ end
 -- each list element a call reads crosses into the server's C as a value of its own (measured:
 -- the list's loop was about a third of a two-input spend). spender = the spending txid.
 -- All or nothing: any failing item → {errors = list of {index, error}}, nothing written.
--- Else {fresh = the indexes newly spent (the others were this spender's already), hashes = the
--- items' UTXO hashes, 32 bytes each in item order, spent, gen}. `confirm` ≠ 0: the spend is a
--- block's call, whose token it is, put on every item's slot in `blockSpent` (see the
--- invariants), those this spender held too.
+-- Else one bytes value (SPENT_FORMAT, then per item newly spent its index, the others being
+-- this spender's already, as LE u32, then the items' UTXO hashes, 32 bytes each in item
+-- order; rules.py `spend_result` reads it): a map of the same costs the client about as much
+-- again as the call itself. `confirm` ≠ 0: the spend is a block's call, whose token it is,
+-- put on every item's slot in `blockSpent` (see the invariants), those this spender held too.
 function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_height, retention, confirm)
     if not aerospike:exists(rec) then
         return err("TX_NOT_FOUND")
@@ -272,7 +276,7 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
     local packed = str(items)
     local frozen_in = rec["spendableIn"]
     local errors = list()
-    local fresh = list()
+    local fresh = {}
     local hashes = {}
     local writes = {}
     local seen = {}
@@ -336,19 +340,19 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
             hashes[#hashes + 1] = string.sub(s, off + 1, off + HASH)
             if data == UNSPENT then
                 writes[#writes + 1] = { off, mine }
-                list.append(fresh, i - 1)
+                fresh[#fresh + 1] = string.pack("<I4", i - 1)
             end
             if token ~= 0 and token_of(held, slot) ~= token then
                 marks[#marks + 1] = slot
             end
         end
     end
-    local out = map()
     if list.size(errors) > 0 then
+        local out = map()
         out["errors"] = errors
         return out
     end
-    out["dah_was"] = rec["deleteAtHeight"]
+    local dah_was = rec["deleteAtHeight"]
     if #writes > 0 then
         local gone = {}
         for _, w in ipairs(writes) do
@@ -367,12 +371,10 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
     if #writes > 0 or #marks > 0 then
         aerospike:update(rec)
     end
-    out["dah"] = rec["deleteAtHeight"]
-    out["fresh"] = fresh
-    out["hashes"] = bytes_of(table.concat(hashes))
-    out["spent"] = rec["spentUtxos"] or 0
-    out["gen"] = rec["rev"] or 0
-    return out
+    return bytes_of(
+        string.pack(SPENT_FORMAT, dah_was or -1, rec["deleteAtHeight"] or -1, rec["spentUtxos"] or 0,
+            rec["rev"] or 0, #fresh) .. table.concat(fresh) .. table.concat(hashes)
+    )
 end
 
 -- kernel.outputs.verified_slot: the slot's offset, or the error
@@ -632,18 +634,9 @@ function get_spend(rec, slot, vout, want_b, tip)
     return m
 end
 
-local function block_ids(rec)
-    local ids = list()
-    local l = rec["blockIDs"]
-    if l ~= nil then
-        for i = 1, list.size(l) do
-            list.append(ids, l[i])
-        end
-    end
-    return ids
-end
-
--- kernel.state.set_mined / unset_mined: the record's block ids after the change
+-- kernel.state.set_mined / unset_mined: one bytes value, the record's number of child pages
+-- (LE u32: their mirrored `locked` is the caller's to clear) then its block ids after the
+-- change (LE i64 each; rules.py `mined_result` reads it, for the reason `spend` packs its answer)
 -- (`creating_ok` 0: a master still creating is left as it is and answers TX_CREATING, so that
 -- its caller finishes the creation first and asks again: block info never lands on a record
 -- whose creation may yet be rebuilt)
@@ -694,14 +687,15 @@ function set_mined(rec, block_id, block_height, subtree, on_longest, unset, heig
     rec["blockIDs"] = ids
     rec["blockHeights"] = hs
     rec["subtreeIdxs"] = subs
-    local out = map()
     rec["locked"] = nil -- (the child pages' mirrored flag is the caller's to clear: `extra`)
-    out["extra"] = rec["totalExtraRecs"] or 0
     apply_dah(rec, height, retention)
     rec["rev"] = (rec["rev"] or 0) + 1 -- (what the delete height hangs on changed: see take_back)
     aerospike:update(rec)
-    out["blocks"] = block_ids(rec)
-    return out
+    local out = { string.pack("<I4", rec["totalExtraRecs"] or 0) }
+    for i = 1, list.size(ids) do
+        out[#out + 1] = string.pack("<i8", ids[i])
+    end
+    return bytes_of(table.concat(out))
 end
 
 -- kernel.state: the one-flag and preservation changes; `what` names which:
