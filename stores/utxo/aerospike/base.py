@@ -117,7 +117,8 @@ class AerospikeBase:
 
         # no retry by the client: a retried create-only write that had gone through would come
         # back "exists" and be taken for someone else's record (a busy key never ran: `batch`)
-        done = self.conn.batch("writing records", make, len(items), {"max_retries": 0})
+        # (keys are distinct: a create call's txids are, and a repeated one would only fail)
+        done = self.conn.batch("writing records", make, len(items), {"max_retries": 0}, distinct=True)
         made: list[bool] = []
         for r in done:
             if r.result == 13:

@@ -253,7 +253,8 @@ class Connection:
             raise StorageError(f"{function} on {self.url_safe} failed: {e.msg}") from e
 
     def batch(
-        self, what: str, make: Callable[[int], Any], n: int, policy: dict[str, Any] | None = None
+        self, what: str, make: Callable[[int], Any], n: int, policy: dict[str, Any] | None = None,
+        distinct: bool = False,
     ) -> list[Any]:
         """`batch_write` of the records `make(0)` … `make(n - 1)` (aerospike_helpers' batch
         records: Write, Apply, …) in batches of BATCH; each record's finished batch record, in
@@ -261,7 +262,8 @@ class Connection:
         queued on one record: a popular parent) or its device overloaded is sent again, alone
         with the others like it, after a backoff that doubles (RETRIES times at most).
         A batch is spread over the server's service threads (`spread`) unless one record
-        comes up in it more than SPREAD_REPEATS times; then, as every retry, it runs inline."""
+        comes up in it more than SPREAD_REPEATS times; then, as every retry, it runs inline.
+        `distinct`: the caller's records are distinct (creates), not looked over for that."""
         from aerospike import exception as aex
         from aerospike_helpers.batch import records as br
 
@@ -271,7 +273,7 @@ class Connection:
                 todo = list(part)
                 for attempt in range(RETRIES):
                     records = [make(i) for i in todo]
-                    inline = attempt > 0 or not spread(records)
+                    inline = attempt > 0 or not (distinct or spread(records))
                     done = self.client.batch_write(
                         br.BatchRecords(records), {**(policy or {}), "allow_inline": inline}
                     )
