@@ -60,7 +60,7 @@ def test_distinct_records_are_spread_over_the_service_threads(conn: Any) -> None
     keys = [conn.key(bytes([k]) * 32) for k in range(1, 41)]
     done = adds(conn, keys)
     assert [r.result for r in done] == [0] * 40
-    assert [policy["allow_inline"] for policy, _r in conn.client.sent] == [False]
+    assert [(p["allow_inline"], p["allow_inline_ssd"]) for p, _r in conn.client.sent] == [(False, False)]
     assert counts(conn, keys) == [1] * 40
 
 
@@ -72,7 +72,7 @@ def test_a_record_called_many_times_in_one_batch_runs_inline_and_never_busy(conn
     keys = [hot] * 400 + others
     done = adds(conn, keys)
     assert [r.result for r in done] == [0] * len(keys)
-    assert [p["allow_inline"] for p, _r in conn.client.sent] == [True]
+    assert [(p["allow_inline"], p["allow_inline_ssd"]) for p, _r in conn.client.sent] == [(True, True)]
     assert counts(conn, [hot, *others]) == [400] + [1] * 20
     # a few calls on one record are no reason to give up the threads
     conn.client.sent.clear()

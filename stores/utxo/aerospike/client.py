@@ -49,6 +49,8 @@ RETRIES, BACKOFF = 8, 0.005  # seconds, doubling: 1.3 s in all
 # though: they wait for it, and past the namespace's `transaction-pending-limit` (20 by
 # default) the server answers KEY_BUSY. 1,000 spends of one parent spread came back busy 770
 # times and took 1.5x as long as inline, so a batch with a record more often than this runs inline.
+# (The client has one flag for in-memory namespaces and one for those on devices, whose default
+# is spread whatever the batch holds: both are set alike.)
 SPREAD_REPEATS = 8
 
 
@@ -275,7 +277,8 @@ class Connection:
                     records = [make(i) for i in todo]
                     inline = attempt > 0 or not (distinct or spread(records))
                     done = self.client.batch_write(
-                        br.BatchRecords(records), {**(policy or {}), "allow_inline": inline}
+                        br.BatchRecords(records),
+                        {**(policy or {}), "allow_inline": inline, "allow_inline_ssd": inline},
                     )
                     again = [i for i, r in zip(todo, done.batch_records) if r.result in NOT_RUN]
                     for i, r in zip(todo, done.batch_records):
