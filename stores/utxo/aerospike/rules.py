@@ -73,19 +73,21 @@ def packed(items: Sequence[tuple[int, int, Outpoint, bytes | None]]) -> bytes:
 # before and after (-1: none), spent, rev, how many items were newly spent; then those items'
 # indexes (LE u32 each), then every item's UTXO hash
 _SPENT = struct.Struct("<qqqqI")
-_U32 = struct.Struct("<I")
 
 
 def spend_result(res: Any) -> Mapping[str, Any]:
     """A spend call's answer as a map: a refusal is one already; a success, packed, becomes
-    {dah_was, dah, spent, gen, fresh, hashes} (None for no delete-at-height)."""
+    {dah_was, dah, spent, gen, fresh, hashes: the items' UTXO hashes in item order} (None for
+    no delete-at-height)."""
     if not isinstance(res, (bytes, bytearray)):
         return res  # type: ignore[no-any-return]
-    was, dah, spent, gen, n = _SPENT.unpack_from(res)
+    b = bytes(res)
+    was, dah, spent, gen, n = _SPENT.unpack_from(b)
     at = _SPENT.size + 4 * n
     return {
         "dah_was": None if was < 0 else was, "dah": None if dah < 0 else dah, "spent": spent, "gen": gen,
-        "fresh": list(struct.unpack_from(f"<{n}I", res, _SPENT.size)), "hashes": res[at:],
+        "fresh": list(struct.unpack_from(f"<{n}I", b, _SPENT.size)),
+        "hashes": [b[i : i + 32] for i in range(at, len(b), 32)],
     }  # fmt: skip
 
 
@@ -95,15 +97,8 @@ def mined_result(res: Any) -> Mapping[str, Any]:
     blocks}."""
     if not isinstance(res, (bytes, bytearray)):
         return res  # type: ignore[no-any-return]
-    n = (len(res) - 4) // 8
-    (extra,) = _U32.unpack_from(res)
-    return {"extra": extra, "blocks": list(struct.unpack_from(f"<{n}q", res, 4))}
-
-
-def hashes(res: Mapping[str, Any]) -> list[bytes]:
-    """The items' UTXO hashes a spend answered, in item order."""
-    b = bytes(res["hashes"])
-    return [b[i : i + 32] for i in range(0, len(b), 32)]
+    extra, *blocks = struct.unpack(f"<I{(len(res) - 4) // 8}q", res)
+    return {"extra": extra, "blocks": blocks}
 
 
 def verdict(
@@ -289,7 +284,7 @@ class Rules:
             spends = out[k]
             assert isinstance(spends, list)
             spends += [Spend(op[0], op[1], h, txs[k].txid, vin)
-                       for (vin, _s, op, _w), h in zip(items, hashes(r))]  # fmt: skip
+                       for (vin, _s, op, _w), h in zip(items, r["hashes"])]  # fmt: skip
             self._report(key, r, dah_height)
         for k in which:
             spends = out[k]
@@ -354,7 +349,7 @@ class Rules:
                         (vin, verdict(e, op, "spend", want=want, spender=txid, vin=vin, height=height))
                     )
                 continue
-            for (vin, _slot, op, _want), h in zip(items, hashes(res)):
+            for (vin, _slot, op, _want), h in zip(items, res["hashes"]):
                 spends.append(Spend(op[0], op[1], h, txid, vin))
             fresh = res["fresh"]
             if fresh:
