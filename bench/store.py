@@ -152,7 +152,8 @@ def aerospike_limit(store: UtxoStore) -> Any:
             key = (s.conn.namespace, twin, bytearray(tx.txid))
             batch.append(br.Write(key, [op.write(k, v) for k, v in bins.items()]))
         t0 = time.perf_counter()
-        client.batch_write(br.BatchRecords(batch), {"allow_inline": False})  # (as the store: `spread`)
+        spread = {"allow_inline": False, "allow_inline_ssd": False}  # (as the store sends distinct records)
+        client.batch_write(br.BatchRecords(batch), spread)
         return time.perf_counter() - t0
 
     return write
