@@ -30,6 +30,11 @@ class Recording:
         self.sent.append((dict(policy), [r.result for r in done.batch_records]))
         return done
 
+    def batch_apply(self, keys: Any, module: str, fn: str, args: Any, policy: dict[str, Any]) -> Any:
+        done = self.client.batch_apply(keys, module, fn, args, policy)
+        self.sent.append((dict(policy), [r.result for r in done.batch_records]))
+        return done
+
 
 @pytest.fixture
 def conn() -> Iterator[Any]:
@@ -80,6 +85,29 @@ def test_a_record_called_many_times_in_one_batch_runs_inline_and_never_busy(conn
     adds(conn, [few] * SPREAD_REPEATS + others)
     assert [p["allow_inline"] for p, _r in conn.client.sent] == [False]
     assert counts(conn, [few]) == [SPREAD_REPEATS]
+
+
+def test_one_call_on_many_records_goes_as_one_batch_apply_spread_or_inline(conn: Any) -> None:
+    """`apply_all` (a block's set-mined: one call, every record) sends the call once per batch
+    with the same policies as `batch`: spread when the records are distinct, inline when one
+    repeats; each record's own answer comes back in order."""
+    from aerospike_helpers.batch import records as br
+    from aerospike_helpers.operations import operations as op
+
+    keys = [conn.key(bytes([k]) * 32) for k in range(1, 31)]
+    conn.batch("making", lambda i: br.Write(keys[i], [op.write("creating", i % 2)]), len(keys))
+    missing = conn.key(b"\x60" * 32)
+    conn.client.sent.clear()
+    got = conn.apply_all([*keys, missing], "clear_creating", [])
+    assert got == [i % 2 for i in range(30)] + [{"code": "TX_NOT_FOUND"}]
+    assert [(p["allow_inline"], p["allow_inline_ssd"], set(r)) for p, r in conn.client.sent] == [
+        (False, False, {0})
+    ]
+    assert [b["creating"] for b in conn.read_bins(keys)] == [0] * 30
+    conn.client.sent.clear()
+    hot = [keys[1]] * 50 + keys[2:6]
+    assert conn.apply_all(hot, "clear_creating", []) == [0] * 54
+    assert [(p["allow_inline"], set(r)) for p, r in conn.client.sent] == [(True, {0})]
 
 
 @pytest.fixture

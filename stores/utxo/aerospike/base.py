@@ -138,7 +138,7 @@ class AerospikeBase:
 
     def _apply_all(self, keys: Sequence[Key], fn: str, args: list[Any]) -> list[Any]:
         """The same call of the Lua module on many records."""
-        return self._apply_each([(k, fn, args) for k in keys])
+        return self.conn.apply_all(keys, fn, args)
 
     def _remove(self, keys: Sequence[Key]) -> int:
         """Delete these records; how many existed."""

@@ -54,12 +54,12 @@ RETRIES, BACKOFF = 8, 0.005  # seconds, doubling: 1.3 s in all
 SPREAD_REPEATS = 8
 
 
-def spread(records: Sequence[Any]) -> bool:
-    """Whether a batch of aerospike_helpers' batch records may go to the service threads: no
-    record comes up in it more than SPREAD_REPEATS times."""
+def spread(keys: Sequence[Key]) -> bool:
+    """Whether a batch on these keys may go to the service threads: no record comes up in it
+    more than SPREAD_REPEATS times."""
     seen: dict[bytes, int] = {}
-    for r in records:
-        k = bytes(r.key[2])
+    for key in keys:
+        k = bytes(key[2])
         n = seen[k] = seen.get(k, 0) + 1
         if n > SPREAD_REPEATS:
             return False
@@ -260,28 +260,46 @@ class Connection:
     ) -> list[Any]:
         """`batch_write` of the records `make(0)` … `make(n - 1)` (aerospike_helpers' batch
         records: Write, Apply, …) in batches of BATCH; each record's finished batch record, in
-        order. A record the server did not run because its key was busy (too many requests
-        queued on one record: a popular parent) or its device overloaded is sent again, alone
-        with the others like it, after a backoff that doubles (RETRIES times at most).
-        A batch is spread over the server's service threads (`spread`) unless one record
-        comes up in it more than SPREAD_REPEATS times; then, as every retry, it runs inline.
-        `distinct`: the caller's records are distinct (creates), not looked over for that."""
-        from aerospike import exception as aex
+        order (see `_rounds` for busy keys and spreading). `distinct`: the caller's records
+        are distinct (creates), not looked over for repeats."""
         from aerospike_helpers.batch import records as br
+
+        def send(todo: list[int], policy: dict[str, Any], inline: bool | None) -> Sequence[Any]:
+            records = [make(i) for i in todo]
+            if inline is None:
+                inline = not spread([r.key for r in records])
+            return self.client.batch_write(  # type: ignore[no-any-return]
+                br.BatchRecords(records), {**policy, "allow_inline": inline, "allow_inline_ssd": inline}
+            ).batch_records
+
+        return self._rounds(what, send, n, policy, distinct)
+
+    def _rounds(
+        self,
+        what: str,
+        send: Callable[[list[int], dict[str, Any], bool | None], Sequence[Any]],
+        n: int,
+        policy: dict[str, Any] | None,
+        distinct: bool,
+    ) -> list[Any]:
+        """Items 0 … n-1 sent in batches of BATCH by `send(indexes, policy, inline)` (None:
+        inline unless a record repeats); each item's finished batch record, in order. A record
+        the server did not run because its key was busy (too many requests queued on one
+        record: a popular parent) or its device overloaded is sent again, alone with the others
+        like it, after a backoff that doubles (RETRIES times at most). A batch is spread over
+        the server's service threads (`spread`) unless one record comes up in it more than
+        SPREAD_REPEATS times; then, as every retry, it runs inline."""
+        from aerospike import exception as aex
 
         out: list[Any] = [None] * n
         try:
             for part in chunked(range(n)):
                 todo = list(part)
                 for attempt in range(RETRIES):
-                    records = [make(i) for i in todo]
-                    inline = attempt > 0 or not (distinct or spread(records))
-                    done = self.client.batch_write(
-                        br.BatchRecords(records),
-                        {**(policy or {}), "allow_inline": inline, "allow_inline_ssd": inline},
-                    )
-                    again = [i for i, r in zip(todo, done.batch_records) if r.result in NOT_RUN]
-                    for i, r in zip(todo, done.batch_records):
+                    inline = True if attempt > 0 else False if distinct else None
+                    done = send(todo, policy or {}, inline)
+                    again = [i for i, r in zip(todo, done) if r.result in NOT_RUN]
+                    for i, r in zip(todo, done):
                         if r.result not in NOT_RUN:
                             out[i] = r
                     if not again:
@@ -332,18 +350,34 @@ class Connection:
             key, fn, args = calls[i]
             return br.Apply(key, self.module, fn, args)
 
-        out: list[Any] = []
         # no retry by the client: a Lua call that ran but whose answer was lost would run twice
         # (a spend then reports nothing new, a note of a reassign counts twice)
         done = self.batch("calling the store's rules", make, len(calls), {"max_retries": 0})
-        for r, (_key, fn, _args) in zip(done, calls):
-            if r.result != 0 or r.record is None:
-                raise StorageError(f"{fn} on {self.url_safe} failed: result code {r.result}")
-            bins = r.record[2]
-            if "FAILURE" in bins:
-                raise StorageError(f"{fn} on {self.url_safe} failed: {bins['FAILURE']}")
-            out.append(bins.get("SUCCESS"))
-        return out
+        return [self._answer(r, fn) for r, (_key, fn, _args) in zip(done, calls)]
+
+    def apply_all(self, keys: Sequence[Key], fn: str, args: list[Any]) -> list[Any]:
+        """`apply_many` of one call (function and arguments) on every key, with the client's
+        `batch_apply`: the arguments are converted once and the call sent once per batch, not
+        once per record (a block's set-mined is the same call on each of its transactions)."""
+
+        def send(todo: list[int], policy: dict[str, Any], inline: bool | None) -> Sequence[Any]:
+            part = [keys[i] for i in todo]
+            if inline is None:
+                inline = not spread(part)
+            policy = {**policy, "allow_inline": inline, "allow_inline_ssd": inline}
+            return self.client.batch_apply(part, self.module, fn, args, policy).batch_records  # type: ignore[no-any-return]
+
+        done = self._rounds("calling the store's rules", send, len(keys), {"max_retries": 0}, False)
+        return [self._answer(r, fn) for r in done]
+
+    def _answer(self, r: Any, fn: str) -> Any:
+        """A finished Lua call's answer (its SUCCESS), or StorageError for a call that failed."""
+        if r.result != 0 or r.record is None:
+            raise StorageError(f"{fn} on {self.url_safe} failed: result code {r.result}")
+        bins = r.record[2]
+        if "FAILURE" in bins:
+            raise StorageError(f"{fn} on {self.url_safe} failed: {bins['FAILURE']}")
+        return bins.get("SUCCESS")
 
     def close(self) -> None:
         try:
