@@ -40,8 +40,11 @@ local ITEM = string.packsize(ITEM_FORMAT)
 local SPENT_FORMAT = "<i8i8i8i8I4"
 local FROZEN = string.rep("\255", 36)
 
-local get_string = bytes.get_string
-local bsize = bytes.size
+-- the library functions as locals: `string.sub` is two table lookups at every call, and
+-- the server's timer hook makes every VM instruction cost about twice what it would
+local sub, pack, unpack, rep = string.sub, string.pack, string.unpack, string.rep
+local get_string, set_string, bsize = bytes.get_string, bytes.set_string, bytes.size
+local list_append, list_size = list.append, list.size
 
 -- a bytes value as a Lua string (nil stays nil)
 local function str(b)
@@ -59,20 +62,16 @@ end
 local function bytes_of(s)
     local b = bytes(#s)
     if #s > 0 then
-        bytes.set_string(b, 1, s)
+        set_string(b, 1, s)
     end
     return b
-end
-
-local function flag(rec, name)
-    return rec[name] == 1
 end
 
 local function list_len(l)
     if l == nil then
         return 0
     end
-    return list.size(l)
+    return list_size(l)
 end
 
 -- kernel.record.Record.mined: in a block, and not marked off the longest chain
@@ -93,19 +92,17 @@ local function spent_total(rec)
 end
 
 -- kernel.dah.due: the delete-at-height a record carries after a change at `height`
+-- (each bin is read only when the answer needs it: a bin read crosses into the server's C)
 local function due(rec, height, retention)
-    local current = rec["deleteAtHeight"]
     if retention <= 0 or rec["preserveUntil"] ~= nil then
-        return current
+        return rec["deleteAtHeight"]
     end
     local new = height + retention
-    if flag(rec, "conflicting") then
-        if current == nil then
-            return new
-        end
-        return current
+    if rec["conflicting"] == 1 then
+        return rec["deleteAtHeight"] or new
     end
     if spent_total(rec) >= (rec["recordUtxos"] or 0) and mined(rec) then
+        local current = rec["deleteAtHeight"]
         if current == nil or current < new then
             return new
         end
@@ -131,17 +128,20 @@ end
 -- count at 0 leaves the map, an empty map the record (codec.live_keys is the specification; a
 -- record without `scriptKeys`, or a slot past its end, counts for no key)
 local function live_keys(rec, slots, delta)
-    local kb = rec["scriptKeys"]
-    if kb == nil or #slots == 0 then
+    if #slots == 0 then
         return
     end
-    local nk = bsize(kb)
+    local ks = str(rec["scriptKeys"])
+    if ks == nil then
+        return
+    end
+    local nk = #ks
     local had = rec["liveKeys"]
     local m = had or map()
     for _, slot in ipairs(slots) do
         local at = slot * 8
         if at + 8 <= nk then
-            local k = string.unpack("<i8", get_string(kb, at + 1, 8))
+            local k = unpack("<i8", ks, at + 1)
             local n = (m[k] or 0) + delta
             if n > 0 then
                 m[k] = n
@@ -163,32 +163,39 @@ local function err(code)
     return m
 end
 
--- the slot of output index `slot` in this record: its byte offset (0-based), or nil when the
--- record has no such slot (kernel.record.Record.locate)
+-- the slot of output index `slot` in this record: its byte offset (0-based) and its UTXO hash,
+-- or nil when the record has no such slot (kernel.record.Record.locate)
 local function locate(s, slot)
     local off = slot * SLOT
-    if slot < 0 or off + SLOT > #s or string.sub(s, off + 1, off + HASH) == ZERO32 then
+    if slot < 0 or off + SLOT > #s then
         return nil
     end
-    return off
+    local hash = sub(s, off + 1, off + HASH)
+    if hash == ZERO32 then
+        return nil
+    end
+    return off, hash
 end
 
 -- kernel.spend.record_error: the record-level rules of a spend at `height`
+-- (a flag the call ignores is not read, nor the spending height of what is no coinbase)
 local function record_error(rec, height, ign_conflicting, ign_locked)
-    if flag(rec, "creating") then
+    if rec["creating"] == 1 then
         return err("TX_CREATING")
     end
-    if flag(rec, "conflicting") and ign_conflicting ~= 1 then
+    if ign_conflicting ~= 1 and rec["conflicting"] == 1 then
         return err("TX_CONFLICTING")
     end
-    if flag(rec, "locked") and ign_locked ~= 1 then
+    if ign_locked ~= 1 and rec["locked"] == 1 then
         return err("TX_LOCKED")
     end
-    local sh = rec["spendingHeight"] or 0
-    if flag(rec, "coinbase") and sh > height then
-        local e = err("TX_COINBASE_IMMATURE")
-        e["spendable_at"] = sh
-        return e
+    if rec["coinbase"] == 1 then
+        local sh = rec["spendingHeight"] or 0
+        if sh > height then
+            local e = err("TX_COINBASE_IMMATURE")
+            e["spendable_at"] = sh
+            return e
+        end
     end
     return nil
 end
@@ -199,7 +206,7 @@ local function token_of(b, slot)
     if b == nil or at + 4 > #b then
         return 0
     end
-    return (string.unpack("<I4", b, at + 1))
+    return (unpack("<I4", b, at + 1))
 end
 
 -- `blockSpent` with `token` on each of `slots` (0: cleared), written with the caller's update;
@@ -210,21 +217,21 @@ local function mark(rec, slots, token)
         return
     end
     local s = had or ""
-    local v = string.pack("<I4", token)
+    local v = pack("<I4", token)
     for _, slot in ipairs(slots) do
         local at = slot * 4
         if at + 4 <= #s then
-            s = string.sub(s, 1, at) .. v .. string.sub(s, at + 5)
+            s = sub(s, 1, at) .. v .. sub(s, at + 5)
         elseif token ~= 0 then
-            s = s .. string.rep("\0", at - #s) .. v
+            s = s .. rep("\0", at - #s) .. v
         end
     end
     local n = #s
-    while n >= 4 and string.sub(s, n - 3, n) == ZERO4 do
+    while n >= 4 and sub(s, n - 3, n) == ZERO4 do
         n = n - 4
     end
     if n > 0 then
-        rec["blockSpent"] = bytes_of(string.sub(s, 1, n))
+        rec["blockSpent"] = bytes_of(sub(s, 1, n))
     elseif had ~= nil then
         rec["blockSpent"] = nil
     end
@@ -236,7 +243,7 @@ local function is_deleted_child(rec, txid)
         return false
     end
     for i = 1, #dc, 32 do
-        if string.sub(dc, i, i + 31) == txid then
+        if sub(dc, i, i + 31) == txid then
             return true
         end
     end
@@ -287,26 +294,29 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
         held = str(rec["blockSpent"])
     end
     for i = 1, #packed // ITEM do
-        local slot, vout, vin, has, want = string.unpack(ITEM_FORMAT, packed, (i - 1) * ITEM + 1)
+        local slot, vout, vin, has, want = unpack(ITEM_FORMAT, packed, (i - 1) * ITEM + 1)
         if has == 0 then
             want = nil
         end
-        local mine = spender .. string.pack("<I4", vin)
+        local mine = spender .. pack("<I4", vin)
         local e = nil
-        local off = locate(s, slot)
+        local off, hash = locate(s, slot)
         local data = nil
         if off == nil then
             e = err("UTXO_NOT_FOUND")
-        elseif want ~= nil and string.sub(s, off + 1, off + HASH) ~= want then
+        elseif want ~= nil and hash ~= want then
             e = err("UTXO_HASH_MISMATCH")
-            e["stored"] = bytes_of(string.sub(s, off + 1, off + HASH))
+            e["stored"] = bytes_of(hash)
         else
-            local until_h = spendable_until(frozen_in, vout)
+            local until_h = nil
+            if frozen_in ~= nil then
+                until_h = spendable_until(frozen_in, vout)
+            end
             if until_h ~= nil and until_h >= height then
                 e = err("UTXO_FROZEN")
                 e["until"] = until_h + 1
             else
-                data = string.sub(s, off + HASH + 1, off + SLOT)
+                data = sub(s, off + HASH + 1, off + SLOT)
                 if data == UNSPENT then
                     e = nil
                 elseif data == mine then
@@ -317,8 +327,8 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
                     e = err("UTXO_FROZEN")
                 else
                     e = err("UTXO_SPENT")
-                    e["spending_txid"] = bytes_of(string.sub(data, 1, 32))
-                    e["spending_vin"] = string.unpack("<I4", data, 33)
+                    e["spending_txid"] = bytes_of(sub(data, 1, 32))
+                    e["spending_vin"] = unpack("<I4", data, 33)
                 end
             end
         end
@@ -333,37 +343,45 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
         end
         if e ~= nil then
             local pair = list()
-            list.append(pair, i - 1)
-            list.append(pair, e)
-            list.append(errors, pair)
+            list_append(pair, i - 1)
+            list_append(pair, e)
+            list_append(errors, pair)
         else
-            hashes[#hashes + 1] = string.sub(s, off + 1, off + HASH)
+            hashes[#hashes + 1] = hash
             if data == UNSPENT then
                 writes[#writes + 1] = { off, mine }
-                fresh[#fresh + 1] = string.pack("<I4", i - 1)
+                fresh[#fresh + 1] = pack("<I4", i - 1)
             end
             if token ~= 0 and token_of(held, slot) ~= token then
                 marks[#marks + 1] = slot
             end
         end
     end
-    if list.size(errors) > 0 then
+    if list_size(errors) > 0 then
         local out = map()
         out["errors"] = errors
         return out
     end
     local dah_was = rec["deleteAtHeight"]
+    local dah, spent, rev = dah_was, nil, nil  -- (as the answer gives them: kept, not read again)
     if #writes > 0 then
         local gone = {}
         for _, w in ipairs(writes) do
-            bytes.set_string(ub, w[1] + HASH + 1, w[2])
+            set_string(ub, w[1] + HASH + 1, w[2])
             gone[#gone + 1] = w[1] // SLOT
         end
         live_keys(rec, gone, -1)
+        spent = (rec["spentUtxos"] or 0) + #writes
+        rev = (rec["rev"] or 0) + 1
         rec["utxos"] = ub
-        rec["spentUtxos"] = (rec["spentUtxos"] or 0) + #writes
-        rec["rev"] = (rec["rev"] or 0) + 1
-        apply_dah(rec, dah_height, retention)
+        rec["spentUtxos"] = spent
+        rec["rev"] = rev
+        if apply_dah(rec, dah_height, retention) then
+            dah = rec["deleteAtHeight"]
+        end
+    else
+        spent = rec["spentUtxos"] or 0
+        rev = rec["rev"] or 0
     end
     if #marks > 0 then  -- (tokens alone change nothing the delete height or a report reads)
         mark(rec, marks, token)
@@ -372,8 +390,7 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
         aerospike:update(rec)
     end
     return bytes_of(
-        string.pack(SPENT_FORMAT, dah_was or -1, rec["deleteAtHeight"] or -1, rec["spentUtxos"] or 0,
-            rec["rev"] or 0, #fresh) .. table.concat(fresh) .. table.concat(hashes)
+        pack(SPENT_FORMAT, dah_was or -1, dah or -1, spent, rev, #fresh) .. table.concat(fresh) .. table.concat(hashes)
     )
 end
 
@@ -382,14 +399,14 @@ local function verified(rec, s, slot, want, creating_ok)
     if not aerospike:exists(rec) then
         return nil, err("TX_NOT_FOUND")
     end
-    if flag(rec, "creating") and not creating_ok then
+    if rec["creating"] == 1 and not creating_ok then
         return nil, err("TX_CREATING")
     end
-    local off = locate(s, slot)
+    local off, hash = locate(s, slot)
     if off == nil then
         return nil, err("UTXO_NOT_FOUND")
     end
-    if string.sub(s, off + 1, off + HASH) ~= want then
+    if hash ~= want then
         return nil, err("UTXO_HASH_MISMATCH")
     end
     return off, nil
@@ -398,9 +415,9 @@ end
 -- the per-item outcome list of the alert-system and unspend calls: nil (done) or the error
 local function outcome(results, e)
     if e == nil then
-        list.append(results, 0)
+        list_append(results, 0)
     else
-        list.append(results, e)
+        list_append(results, e)
     end
 end
 
@@ -411,16 +428,16 @@ function unspend(rec, items, dah_height, retention)
     local s = str(ub) or ""
     local n = 0
     local back = {}
-    for i = 1, list.size(items) do
+    for i = 1, list_size(items) do
         local slot, want = items[i][1], str(items[i][2])
         local off, e = verified(rec, s, slot, want, true)
         if e == nil then
-            local data = string.sub(s, off + HASH + 1, off + SLOT)
+            local data = sub(s, off + HASH + 1, off + SLOT)
             if data == FROZEN then
                 e = err("UTXO_FROZEN")
             elseif data ~= UNSPENT then
-                bytes.set_string(ub, off + HASH + 1, UNSPENT)
-                s = string.sub(s, 1, off + HASH) .. UNSPENT .. string.sub(s, off + SLOT + 1)
+                set_string(ub, off + HASH + 1, UNSPENT)
+                s = sub(s, 1, off + HASH) .. UNSPENT .. sub(s, off + SLOT + 1)
                 n = n + 1
                 back[n] = slot
             end
@@ -464,17 +481,17 @@ function take_back(rec, items, dah_was, dah, dah_height, retention, gen, own)
     local n = 0
     local kept = 0
     local back = {}
-    for i = 1, list.size(items) do
+    for i = 1, list_size(items) do
         local slot = items[i][1]
         local off = locate(s, slot)
         local data = str(items[i][2])
-        if off ~= nil and string.sub(s, off + HASH + 1, off + SLOT) == data
-            and not is_deleted_child(rec, string.sub(data, 1, 32)) then
+        if off ~= nil and sub(s, off + HASH + 1, off + SLOT) == data
+            and not is_deleted_child(rec, sub(data, 1, 32)) then
             local t = token_of(held, slot)
             if t ~= 0 and t ~= own and own ~= -1 then
                 kept = kept + 1
             else
-                bytes.set_string(ub, off + HASH + 1, UNSPENT)
+                set_string(ub, off + HASH + 1, UNSPENT)
                 n = n + 1
                 back[n] = slot
             end
@@ -514,7 +531,7 @@ local function log_reassign(rec, vout, want_b, new_hash_b, tip, delay)
     entry["new_utxo_hash"] = new_hash_b
     entry["block_height"] = tip
     local log = rec["reassignments"] or list()
-    list.append(log, entry)
+    list_append(log, entry)
     rec["reassignments"] = log
     rec["recordUtxos"] = (rec["recordUtxos"] or 0) + 1
 end
@@ -529,7 +546,7 @@ function note_reassign(rec, vout, want_b, new_hash_b, tip, delay)
     local log = rec["reassignments"]
     if log ~= nil then
         local new_hash = str(new_hash_b)
-        for i = 1, list.size(log) do
+        for i = 1, list_size(log) do
             if log[i]["offset"] == vout and str(log[i]["new_utxo_hash"]) == new_hash then
                 return 1
             end
@@ -550,25 +567,25 @@ function alert(rec, op, slot, vout, want_b, new_hash_b, tip, delay)
     if e ~= nil then
         return e
     end
-    local data = string.sub(s, off + HASH + 1, off + SLOT)
+    local data = sub(s, off + HASH + 1, off + SLOT)
     if op == "freeze" then
         if data == FROZEN then
             return err("UTXO_ALREADY_FROZEN")
         end
         if data ~= UNSPENT then
             e = err("UTXO_SPENT")
-            e["spending_txid"] = bytes_of(string.sub(data, 1, 32))
-            e["spending_vin"] = string.unpack("<I4", data, 33)
+            e["spending_txid"] = bytes_of(sub(data, 1, 32))
+            e["spending_vin"] = unpack("<I4", data, 33)
             return e
         end
-        bytes.set_string(ub, off + HASH + 1, FROZEN)
+        set_string(ub, off + HASH + 1, FROZEN)
     else
         if data ~= FROZEN then
             return err("UTXO_NOT_FROZEN")
         end
-        bytes.set_string(ub, off + HASH + 1, UNSPENT)
+        set_string(ub, off + HASH + 1, UNSPENT)
         if op == "reassign" then
-            bytes.set_string(ub, off + 1, str(new_hash_b))
+            set_string(ub, off + 1, str(new_hash_b))
             log_reassign(rec, vout, want_b, new_hash_b, tip, delay)
         end
     end
@@ -584,30 +601,30 @@ function get_spend(rec, slot, vout, want_b, tip)
         m["status"] = "NOT_FOUND"
         return m
     end
-    if flag(rec, "creating") then
+    if rec["creating"] == 1 then
         m["status"] = "LOCKED"
         return m
     end
     local s = str(rec["utxos"]) or ""
-    local off = locate(s, slot)
+    local off, hash = locate(s, slot)
     if off == nil then
         m["status"] = "NOT_FOUND"
         return m
     end
-    if string.sub(s, off + 1, off + HASH) ~= str(want_b) then
+    if hash ~= str(want_b) then
         m["status"] = "MISMATCH"
-        m["stored"] = bytes_of(string.sub(s, off + 1, off + HASH))
+        m["stored"] = bytes_of(hash)
         return m
     end
-    if flag(rec, "locked") then
+    if rec["locked"] == 1 then
         m["status"] = "LOCKED"
         return m
     end
-    if flag(rec, "conflicting") then
+    if rec["conflicting"] == 1 then
         m["status"] = "CONFLICTING"
         return m
     end
-    local data = string.sub(s, off + HASH + 1, off + SLOT)
+    local data = sub(s, off + HASH + 1, off + SLOT)
     if data == FROZEN then
         m["status"] = "FROZEN"
         return m
@@ -620,12 +637,12 @@ function get_spend(rec, slot, vout, want_b, tip)
     end
     if data ~= UNSPENT then
         m["status"] = "SPENT"
-        m["spending_txid"] = bytes_of(string.sub(data, 1, 32))
-        m["spending_vin"] = string.unpack("<I4", data, 33)
+        m["spending_txid"] = bytes_of(sub(data, 1, 32))
+        m["spending_vin"] = unpack("<I4", data, 33)
         return m
     end
     local sh = rec["spendingHeight"] or 0
-    if flag(rec, "coinbase") and sh > tip + 1 then
+    if rec["coinbase"] == 1 and sh > tip + 1 then
         m["status"] = "IMMATURE"
         m["until"] = sh
         return m
@@ -644,14 +661,14 @@ function set_mined(rec, block_id, block_height, subtree, on_longest, unset, heig
     if not aerospike:exists(rec) then
         return err("TX_NOT_FOUND")
     end
-    if creating_ok == 0 and flag(rec, "creating") then
+    if creating_ok == 0 and rec["creating"] == 1 then
         return err("TX_CREATING")
     end
     local ids = rec["blockIDs"] or list()
     local hs = rec["blockHeights"] or list()
     local subs = rec["subtreeIdxs"] or list()
     local at = nil
-    for i = 1, list.size(ids) do
+    for i = 1, list_size(ids) do
         if ids[i] == block_id then
             at = i
             break
@@ -660,25 +677,25 @@ function set_mined(rec, block_id, block_height, subtree, on_longest, unset, heig
     if unset == 1 then
         if at ~= nil then
             local ni, nh, ns = list(), list(), list()
-            for i = 1, list.size(ids) do
+            for i = 1, list_size(ids) do
                 if i ~= at then
-                    list.append(ni, ids[i])
-                    list.append(nh, hs[i])
-                    list.append(ns, subs[i])
+                    list_append(ni, ids[i])
+                    list_append(nh, hs[i])
+                    list_append(ns, subs[i])
                 end
             end
             ids, hs, subs = ni, nh, ns
         end
-        if list.size(ids) == 0 then
+        if list_size(ids) == 0 then
             rec["unminedSince"] = height
         elseif on_longest == 1 then
             rec["unminedSince"] = nil
         end
     else
         if at == nil then
-            list.append(ids, block_id)
-            list.append(hs, block_height)
-            list.append(subs, subtree)
+            list_append(ids, block_id)
+            list_append(hs, block_height)
+            list_append(subs, subtree)
         end
         if on_longest == 1 then
             rec["unminedSince"] = nil
@@ -691,9 +708,9 @@ function set_mined(rec, block_id, block_height, subtree, on_longest, unset, heig
     apply_dah(rec, height, retention)
     rec["rev"] = (rec["rev"] or 0) + 1 -- (what the delete height hangs on changed: see take_back)
     aerospike:update(rec)
-    local out = { string.pack("<I4", rec["totalExtraRecs"] or 0) }
-    for i = 1, list.size(ids) do
-        out[#out + 1] = string.pack("<i8", ids[i])
+    local out = { pack("<I4", rec["totalExtraRecs"] or 0) }
+    for i = 1, list_size(ids) do
+        out[#out + 1] = pack("<i8", ids[i])
     end
     return bytes_of(table.concat(out))
 end
@@ -749,7 +766,7 @@ function add_child(rec, which, txid_b)
     local have = str(rec[name]) or ""
     local txid = str(txid_b)
     for i = 1, #have, 32 do
-        if string.sub(have, i, i + 31) == txid then
+        if sub(have, i, i + 31) == txid then
             return 0
         end
     end
@@ -785,8 +802,8 @@ function page_spent(rec, page, gen, spent, height, retention)
         return 0
     end
     local v = list()
-    list.append(v, gen)
-    list.append(v, spent)
+    list_append(v, gen)
+    list_append(v, spent)
     m[page] = v
     rec["pageSpent"] = m
     apply_dah(rec, height, retention)
