@@ -704,15 +704,18 @@ function set_mined(rec, block_id, block_height, subtree, on_longest, unset, heig
     rec["blockIDs"] = ids
     rec["blockHeights"] = hs
     rec["subtreeIdxs"] = subs
-    rec["locked"] = nil -- (the child pages' mirrored flag is the caller's to clear: `extra`)
+    if rec["locked"] ~= nil then -- (the child pages' mirrored flag is the caller's to clear: `extra`)
+        rec["locked"] = nil
+    end
     apply_dah(rec, height, retention)
     rec["rev"] = (rec["rev"] or 0) + 1 -- (what the delete height hangs on changed: see take_back)
     aerospike:update(rec)
-    local out = { pack("<I4", rec["totalExtraRecs"] or 0) }
-    for i = 1, list_size(ids) do
-        out[#out + 1] = pack("<i8", ids[i])
+    local n = list_size(ids)
+    local out = { rec["totalExtraRecs"] or 0 }
+    for i = 1, n do
+        out[i + 1] = ids[i]
     end
-    return bytes_of(table.concat(out))
+    return bytes_of(pack("<I4" .. rep("i8", n), table.unpack(out)))
 end
 
 -- kernel.state: the one-flag and preservation changes; `what` names which:
