@@ -16,11 +16,13 @@ pytestmark = needs_aerospike
 
 
 class Recording:
-    """The real client, with the policy and the results of each batch_write kept."""
+    """The real client, with the policy and the results of each batch_write (and, in
+    `methods`, which of batch_write and batch_apply sent it) kept."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
         self.sent: list[tuple[dict[str, Any], list[int]]] = []
+        self.methods: list[str] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
@@ -28,11 +30,13 @@ class Recording:
     def batch_write(self, records: Any, policy: dict[str, Any]) -> Any:
         done = self.client.batch_write(records, policy)
         self.sent.append((dict(policy), [r.result for r in done.batch_records]))
+        self.methods.append("batch_write")
         return done
 
     def batch_apply(self, keys: Any, module: str, fn: str, args: Any, policy: dict[str, Any]) -> Any:
         done = self.client.batch_apply(keys, module, fn, args, policy)
         self.sent.append((dict(policy), [r.result for r in done.batch_records]))
+        self.methods.append("batch_apply")
         return done
 
 
@@ -98,11 +102,13 @@ def test_one_call_on_many_records_goes_as_one_batch_apply_spread_or_inline(conn:
     conn.batch("making", lambda i: br.Write(keys[i], [op.write("creating", i % 2)]), len(keys))
     missing = conn.key(b"\x60" * 32)
     conn.client.sent.clear()
+    conn.client.methods.clear()
     got = conn.apply_all([*keys, missing], "clear_creating", [])
     assert got == [i % 2 for i in range(30)] + [{"code": "TX_NOT_FOUND"}]
-    assert [(p["allow_inline"], p["allow_inline_ssd"], set(r)) for p, r in conn.client.sent] == [
-        (False, False, {0})
-    ]
+    assert conn.client.methods == ["batch_apply"]  # the call once, not an Apply per record
+    assert [
+        (p["allow_inline"], p["allow_inline_ssd"], p["max_retries"], set(r)) for p, r in conn.client.sent
+    ] == [(False, False, 0, {0})]
     assert [b["creating"] for b in conn.read_bins(keys)] == [0] * 30
     conn.client.sent.clear()
     hot = [keys[1]] * 50 + keys[2:6]

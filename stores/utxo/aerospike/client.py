@@ -298,6 +298,10 @@ class Connection:
                 for attempt in range(RETRIES):
                     inline = True if attempt > 0 else False if distinct else None
                     done = send(todo, policy or {}, inline)
+                    if len(done) != len(todo):  # (batch_apply answers nothing when it reached no node)
+                        raise StorageError(
+                            f"{what} on {self.url_safe} failed: {len(done)} of {len(todo)} answered"
+                        )
                     again = [i for i, r in zip(todo, done) if r.result in NOT_RUN]
                     for i, r in zip(todo, done):
                         if r.result not in NOT_RUN:

@@ -363,7 +363,7 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
         return out
     end
     local dah_was = rec["deleteAtHeight"]
-    local dah, spent, rev = dah_was, nil, nil  -- (as the answer gives them: kept, not read again)
+    local dah, spent, rev = dah_was, nil, nil  -- (for the answer: what this call wrote, not read back)
     if #writes > 0 then
         local gone = {}
         for _, w in ipairs(writes) do
