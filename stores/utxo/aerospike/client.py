@@ -66,6 +66,14 @@ def spread(keys: Sequence[Key]) -> bool:
     return True
 
 
+def placed(policy: dict[str, Any], inline: bool | None, keys: Sequence[Key]) -> dict[str, Any]:
+    """`policy` with where the server runs a batch on these keys: inline as `inline` says, or,
+    for None, spread unless a record repeats (`spread`); the in-memory and device flags alike."""
+    if inline is None:
+        inline = not spread(keys)
+    return {**policy, "allow_inline": inline, "allow_inline_ssd": inline}
+
+
 def chunked(items: Sequence[Any], n: int = BATCH) -> Iterator[Sequence[Any]]:
     for i in range(0, len(items), n):
         yield items[i : i + n]
@@ -266,11 +274,8 @@ class Connection:
 
         def send(todo: list[int], policy: dict[str, Any], inline: bool | None) -> Sequence[Any]:
             records = [make(i) for i in todo]
-            if inline is None:
-                inline = not spread([r.key for r in records])
-            return self.client.batch_write(  # type: ignore[no-any-return]
-                br.BatchRecords(records), {**policy, "allow_inline": inline, "allow_inline_ssd": inline}
-            ).batch_records
+            where = placed(policy, inline, [r.key for r in records])
+            return self.client.batch_write(br.BatchRecords(records), where).batch_records  # type: ignore[no-any-return]
 
         return self._rounds(what, send, n, policy, distinct)
 
@@ -366,10 +371,8 @@ class Connection:
 
         def send(todo: list[int], policy: dict[str, Any], inline: bool | None) -> Sequence[Any]:
             part = [keys[i] for i in todo]
-            if inline is None:
-                inline = not spread(part)
-            policy = {**policy, "allow_inline": inline, "allow_inline_ssd": inline}
-            return self.client.batch_apply(part, self.module, fn, args, policy).batch_records  # type: ignore[no-any-return]
+            where = placed(policy, inline, part)
+            return self.client.batch_apply(part, self.module, fn, args, where).batch_records  # type: ignore[no-any-return]
 
         done = self._rounds("calling the store's rules", send, len(keys), {"max_retries": 0}, False)
         return [self._answer(r, fn) for r in done]

@@ -308,10 +308,7 @@ function spend(rec, items, spender_b, height, ign_conflicting, ign_locked, dah_h
             e = err("UTXO_HASH_MISMATCH")
             e["stored"] = bytes_of(hash)
         else
-            local until_h = nil
-            if frozen_in ~= nil then
-                until_h = spendable_until(frozen_in, vout)
-            end
+            local until_h = spendable_until(frozen_in, vout)
             if until_h ~= nil and until_h >= height then
                 e = err("UTXO_FROZEN")
                 e["until"] = until_h + 1
