@@ -1,0 +1,258 @@
+"""Scale-out on the user's path: fresh stores, N `utxo worker` processes, `utxo enqueue`, `utxo
+wait`, over a chain from regtest's genesis whose spends reach across the whole UTXO set
+(`bench.chaingen`), for each N asked; every run's result checked against the chain's model.
+
+    python -m bench.scaleout [--workers 1,2] [--backend sqlite|postgresql|aerospike]
+                             [--flow blocks|mempool] [--blocks N] [--txs-per-block N]
+                             [--fan-blocks N] [--seed S] [--rounds R] [--redis URL]
+
+- `--flow blocks` (catch-up): the whole chain in one `utxo enqueue block FILE` (a hex block per
+  line), then `utxo wait`. `tx_per_s` counts every transaction, coinbases included.
+- `--flow mempool` (Teranode's shape): the setup blocks (coinbases maturing, fan-outs) first,
+  untimed; then the main blocks' transactions as `utxo enqueue tx FILE` and `utxo wait` (the tx
+  phase, `tx_phase_tx_per_s`), then the main blocks (`block_phase_tx_per_s`, which then mostly
+  mark transactions mined); `tx_per_s` is over both phases.
+- Per run: tx/s, the speedup over the first N of the round, the CPU seconds of the worker
+  processes (main and pool children) per 1,000 txs, the cores the whole host kept busy (all its
+  CPU time over the wall time: workers, Redis, the database server, the CLI), peak worker RSS,
+  and the check: the tip (height and hash), the tip's commitment (`utxo stats --hash muhash`)
+  and the confirmed set (`utxo utxos --confirmed`, every outpoint and satoshi) equal to the
+  model's. A run that fails its check makes the bench exit 1.
+- `--rounds R` repeats the list of worker counts R times, alternating, so the machine's drift
+  spreads over every N; each N's best run is reported beside all runs.
+The broker is an empty database of the Redis at `--redis` (default `UTXO_BROKER_URL`), claimed
+for the run and emptied only while the claim is still ours. A PostgreSQL run gets a database of
+its own (`UTXOFLOW_PG_ADMIN`), dropped afterwards; Aerospike a set of its own (AEROSPIKE_HOSTS),
+with the state store on SQLite. The last line of stdout is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.chaingen import Chain, generate
+from bench.pipeline import ROOT, cpu_s, rss_mb
+from bench.store import database, log
+from workers.localredis import claim_database
+
+UTXO = [sys.executable, "-m", "workers.cli"]
+STAGE_TIMEOUT_S = 3600
+
+
+def host_cpu_s() -> float:
+    """CPU seconds the whole host has spent (all cores, every state but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    busy = sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def fresh_stores(url: str, tmp: Path, tag: str) -> dict[str, str]:
+    blobs = f"file://{tmp}/{tag}-blobs"
+    if url.startswith("sqlite"):
+        return {"store": f"sqlite:///{tmp}/{tag}-utxo.db", "state": f"sqlite:///{tmp}/{tag}-state.db",
+                "blobs": blobs}
+    if url.startswith("aerospike"):
+        return {"store": url, "state": f"sqlite:///{tmp}/{tag}-state.db", "blobs": blobs}
+    return {"store": url, "state": url, "blobs": blobs}
+
+
+@dataclass
+class Run:
+    workers: int
+    seconds: float
+    txs: int
+    worker_cpu_s: float
+    host_cpu_s: float
+    peak_rss_mb: float
+    phases: dict[str, float]  # mempool flow: seconds of the tx phase and the block phase
+    check: dict[str, Any]
+
+    def row(self) -> dict[str, Any]:
+        out = {
+            "workers": self.workers,
+            "seconds": round(self.seconds, 2),
+            "tx_per_s": round(self.txs / self.seconds),
+            "cpu_s_per_1000_tx": round(self.worker_cpu_s / (self.txs / 1000), 4),
+            "host_cores_busy": round(self.host_cpu_s / self.seconds, 2),
+            "peak_rss_mb": round(self.peak_rss_mb, 1),
+            "correct": self.check["ok"],
+        }
+        for name, (secs, n) in self.phases_with_counts().items():
+            out[f"{name}_tx_per_s"] = round(n / secs)
+        if not self.check["ok"]:
+            out["check"] = self.check
+        return out
+
+    def phases_with_counts(self) -> dict[str, tuple[float, int]]:
+        counts = {k: int(v) for k, v in self.phases.items() if k.endswith("_txs")}
+        return {k: (v, counts[f"{k}_txs"]) for k, v in self.phases.items() if not k.endswith("_txs")}
+
+
+def _cli(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run([*UTXO, *args], env=env, cwd=cwd, capture_output=True, text=True,
+                       timeout=STAGE_TIMEOUT_S)
+    if r.returncode != 0:
+        what, said = " ".join(args[:2]), r.stderr.strip()[-800:]
+        raise SystemExit(f"bench: utxo {what} failed ({r.returncode}): {said} (logs in {cwd})")
+    return r
+
+
+def check(chain: Chain, env: dict[str, str], cwd: Path) -> dict[str, Any]:
+    """The store's tip, commitment and confirmed set against the chain's model."""
+    tip = json.loads(_cli(env, cwd, "tip").stdout)
+    stats = json.loads(_cli(env, cwd, "stats", "--hash", "muhash").stdout)
+    want_hash = chain.tip_hash[::-1].hex()
+    listed = subprocess.run([*UTXO, "utxos", "--confirmed"], env=env, cwd=cwd, capture_output=True,
+                            text=True, timeout=STAGE_TIMEOUT_S)
+    got = {}
+    for line in listed.stdout.splitlines():
+        u = json.loads(line)
+        got[(u["txid"], u["vout"])] = u["satoshis"]
+    want = {(t[::-1].hex(), v): c[2] for (t, v), c in chain.coins.items()}
+    result = {
+        "tip": tip["height"] == chain.tip_height and tip["hash"] == want_hash,
+        "muhash": stats.get("muhash") == chain.muhash(),
+        "confirmed_set": listed.returncode == 0 and got == want,
+    }
+    result["ok"] = all(result.values())
+    if not result["confirmed_set"]:
+        result["missing"] = len(want.keys() - got.keys())
+        result["extra"] = len(got.keys() - want.keys())
+    return result
+
+
+def _write_lines(path: Path, raws: list[bytes]) -> Path:
+    with open(path, "w") as f:
+        for raw in raws:
+            f.write(raw.hex())
+            f.write("\n")
+    return path
+
+
+def run_once(
+    chain: Chain, args: argparse.Namespace, n_workers: int, tmp: Path, tag: str, files: dict[str, Path]
+) -> Run:
+    with database(args.backend) as url:
+        urls = fresh_stores(url, tmp, tag)
+        claimed = claim_database(args.redis)
+        env = {
+            **os.environ, "PYTHONPATH": str(ROOT), "UTXO_STORE_URL": urls["store"],
+            "UTXO_STATE_URL": urls["state"], "UTXO_BLOB_URL": urls["blobs"], "UTXO_BROKER_URL": claimed.url,
+        }
+        procs, logs = [], []
+        try:
+            for i in range(n_workers):
+                logs.append(tmp / f"{tag}-worker{i}.log")
+                with open(logs[-1], "wb") as out:
+                    procs.append(subprocess.Popen(
+                        [*UTXO, "worker", "-n", f"scale{i}@%h", "-c", str(args.concurrency), "-l", "INFO"],
+                        env=env, cwd=tmp, stdout=out, stderr=subprocess.STDOUT))
+            deadline = time.monotonic() + 120
+            while not all(b"ready" in p.read_bytes() for p in logs):
+                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                    raise SystemExit(f"bench: the workers did not start (logs in {tmp})")
+                time.sleep(0.1)
+            phases: dict[str, float] = {}
+            if args.flow == "mempool":  # the setup blocks first, untimed
+                _cli(env, tmp, "enqueue", "block", str(files["setup"]))
+                _cli(env, tmp, "wait", "--timeout", str(STAGE_TIMEOUT_S))
+            cpu0, host0 = sum(cpu_s(p.pid) for p in procs), host_cpu_s()
+            t0 = time.perf_counter()
+            if args.flow == "mempool":
+                _cli(env, tmp, "enqueue", "tx", str(files["txs"]))
+                _cli(env, tmp, "wait", "--timeout", str(STAGE_TIMEOUT_S))
+                t1 = time.perf_counter()
+                _cli(env, tmp, "enqueue", "block", str(files["main"]))
+                _cli(env, tmp, "wait", "--timeout", str(STAGE_TIMEOUT_S))
+                txs = chain.n_txs - chain.setup_txs
+                phases = {"tx_phase": t1 - t0, "tx_phase_txs": len(chain.tx_raws),
+                          "block_phase": time.perf_counter() - t1, "block_phase_txs": txs}
+            else:
+                _cli(env, tmp, "enqueue", "block", str(files["chain"]))
+                _cli(env, tmp, "wait", "--timeout", str(STAGE_TIMEOUT_S))
+                txs = chain.n_txs
+            elapsed = time.perf_counter() - t0
+            cpu, host = sum(cpu_s(p.pid) for p in procs) - cpu0, host_cpu_s() - host0
+            peak = max(rss_mb(p.pid) for p in procs)
+            verdict = check(chain, env, tmp)
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+            claimed.release()
+    return Run(n_workers, elapsed, txs, cpu, host, peak, phases, verdict)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.scaleout", description=__doc__.split("\n")[0])
+    ap.add_argument("--workers", default="1,2", help="worker counts to run, e.g. 1,2,4")
+    ap.add_argument("--backend", choices=["sqlite", "postgresql", "aerospike"], default="sqlite")
+    ap.add_argument("--flow", choices=["blocks", "mempool"], default="blocks")
+    ap.add_argument("--blocks", type=int, default=36, help="main blocks (after 100 + fan-out setup blocks)")
+    ap.add_argument("--txs-per-block", type=int, default=2500)
+    ap.add_argument("--fan-blocks", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--concurrency", type=int, default=1, help="pool processes per worker (-c)")
+    ap.add_argument("--redis", default=os.environ.get("UTXO_BROKER_URL", "redis://127.0.0.1:6379/0"))
+    args = ap.parse_args(argv)
+    try:
+        counts = [int(x) for x in args.workers.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--workers: not a list of numbers: {args.workers!r}")
+    if not counts or min(counts) <= 0 or min(args.blocks, args.txs_per_block, args.rounds) <= 0:
+        ap.error("--workers, --blocks, --txs-per-block and --rounds must be positive")
+    log(f"generating {args.blocks} main blocks of {args.txs_per_block:,} txs (seed {args.seed}) …")
+    chain = generate(args.blocks, args.txs_per_block, args.fan_blocks, args.seed,
+                     keep_txs=args.flow == "mempool")
+    runs: list[Run] = []
+    with tempfile.TemporaryDirectory(prefix="utxoflow-bench-scaleout-") as d:
+        tmp = Path(d)
+        files = {"chain": _write_lines(tmp / "chain.hex", chain.raws)}
+        if args.flow == "mempool":
+            files["setup"] = _write_lines(tmp / "setup.hex", chain.raws[: chain.setup])
+            files["main"] = _write_lines(tmp / "main.hex", chain.raws[chain.setup :])
+            files["txs"] = _write_lines(tmp / "txs.hex", chain.tx_raws)
+        for r in range(args.rounds):
+            for n in counts:
+                log(f"round {r + 1}: {n} worker(s), {args.backend}, flow {args.flow} …")
+                run = run_once(chain, args, n, tmp, f"r{r}-w{n}", files)
+                runs.append(run)
+                log(f"  {json.dumps(run.row())}")
+    best: dict[int, Run] = {}
+    for run in runs:
+        if run.workers not in best or run.seconds < best[run.workers].seconds:
+            best[run.workers] = run
+    base = best[counts[0]]
+    rows = []
+    for n in counts:
+        row = best[n].row()
+        row["speedup"] = round(base.seconds / best[n].seconds * best[n].txs / base.txs, 3)
+        rows.append(row)
+    result: dict[str, Any] = {
+        "bench": "scaleout", "backend": args.backend, "flow": args.flow, "blocks": chain.tip_height,
+        "main_blocks": args.blocks, "txs_per_block": args.txs_per_block, "txs": runs[0].txs,
+        "utxos": len(chain.coins), "cores": os.cpu_count(), "rounds": args.rounds,
+        "correct": all(r.check["ok"] for r in runs), "by_workers": rows,
+        "runs": [r.row() for r in runs],
+    }
+    print(json.dumps(result))
+    return 0 if result["correct"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

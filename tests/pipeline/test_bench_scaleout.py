@@ -1,0 +1,108 @@
+"""`python -m bench.scaleout`: its chain is valid and reaches across the whole set, its check
+tells a right store from a wrong one, and a small run on the user's path reports what it
+promises. Its figures are the benchmark's business, not this test's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.chaingen import MATURITY, generate
+from bench.scaleout import check, fresh_stores
+from chain import parse_block
+from stores.blob import open_blob_store
+from stores.state import open_state_store
+from stores.utxo import open_utxo_store
+from workers.sequencer import Sequencer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_chain_is_deterministic_valid_and_spends_across_the_set() -> None:
+    a = generate(6, 60, fan_blocks=2, seed=7)
+    assert a.raws == generate(6, 60, fan_blocks=2, seed=7).raws
+    assert a.raws != generate(6, 60, fan_blocks=2, seed=8).raws
+    assert a.tip_height == MATURITY + 2 + 6 and a.setup == MATURITY + 2
+    made_at: dict[tuple[bytes, int], int] = {}
+    spent: set[tuple[bytes, int]] = set()
+    reach = []
+    for height, raw in enumerate(a.raws, 1):
+        block = parse_block(raw)
+        for tx in block.txs:
+            for i in ([] if tx.is_coinbase else tx.inputs):
+                op = (i.prev_txid, i.prev_vout)
+                assert op in made_at and op not in spent, "spends an output that is not there"
+                born = made_at[op]
+                if born < 0:  # a coinbase: 100 blocks deep at least
+                    assert height + born >= MATURITY
+                    born = -born
+                reach.append(height - born)
+                spent.add(op)
+            for v, o in enumerate(tx.outputs):
+                assert o.satoshis > 0
+                made_at[(tx.txid, v)] = -height if tx.is_coinbase else height
+    # the main blocks draw from everything before them, not only the last block
+    assert max(reach) >= 5 and any(r == 0 for r in reach)
+    assert {op for op in made_at if op not in spent} == set(a.coins)
+
+
+def _apply(chain_raws: list[bytes], urls: dict[str, str]) -> None:
+    utxo = open_utxo_store(urls["store"], blob_url=urls["blobs"])
+    state = open_state_store(urls["state"])
+    try:
+        seq = Sequencer(utxo, state, open_blob_store(urls["blobs"]))
+        for raw in chain_raws:
+            seq.submit(raw)
+    finally:
+        utxo.close()
+        state.close()
+
+
+@pytest.mark.timeout(300)
+def test_the_check_tells_a_right_store_from_a_wrong_one(tmp_path: Path) -> None:
+    chain = generate(3, 30, fan_blocks=1, seed=3)
+    urls = fresh_stores("sqlite:///x", tmp_path, "t")
+    _apply(chain.raws, urls)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "UTXO_STORE_URL": urls["store"],
+           "UTXO_STATE_URL": urls["state"], "UTXO_BLOB_URL": urls["blobs"]}
+    assert check(chain, env, tmp_path) == {"tip": True, "muhash": True, "confirmed_set": True, "ok": True}
+    other = generate(3, 30, fan_blocks=1, seed=4)  # same shape, other spends
+    wrong = check(other, env, tmp_path)
+    assert wrong["ok"] is False and not wrong["tip"] and not wrong["muhash"] and not wrong["confirmed_set"]
+
+
+def _bench(*args: str) -> dict:
+    r = subprocess.run(
+        [sys.executable, "-m", "bench.scaleout", "--redis", "redis://127.0.0.1:6379/0", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=280,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(300)
+def test_bench_scaleout_runs_the_users_path_and_reports_per_worker_count() -> None:
+    out = _bench("--workers", "1,2", "--blocks", "3", "--txs-per-block", "40", "--fan-blocks", "1")
+    assert out["bench"] == "scaleout" and out["flow"] == "blocks" and out["correct"] is True
+    assert out["blocks"] == MATURITY + 1 + 3 and out["txs"] == (MATURITY + 1 + 3) + 4 * 40
+    assert [r["workers"] for r in out["by_workers"]] == [1, 2]
+    for row in out["by_workers"]:
+        assert row["correct"] is True
+        for field in ("tx_per_s", "cpu_s_per_1000_tx", "host_cores_busy", "peak_rss_mb", "speedup"):
+            assert row[field] > 0, field
+    assert out["by_workers"][0]["speedup"] == 1.0
+
+
+@pytest.mark.timeout(300)
+def test_bench_scaleout_mempool_flow_times_the_tx_and_block_phases() -> None:
+    out = _bench("--workers", "2", "--flow", "mempool", "--blocks", "2", "--txs-per-block", "15",
+                 "--fan-blocks", "1")
+    assert out["flow"] == "mempool" and out["correct"] is True
+    (row,) = out["by_workers"]
+    assert row["tx_phase_tx_per_s"] > 0 and row["block_phase_tx_per_s"] > 0
+    assert out["txs"] == 2 * 16  # the main blocks' transactions, coinbases included
