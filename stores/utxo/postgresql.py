@@ -18,6 +18,7 @@ from typing import Any
 
 from psycopg import errors as pgerr
 
+from stores.sqldb import keyed
 from stores.utxo.sql import codec
 from stores.utxo.sql.create import Copy
 from stores.utxo.sql.schema import PAGES, TXS, ddl
@@ -114,17 +115,17 @@ class PostgresUtxoStore(SqlUtxoStore):
     def _insert_entries(self, cur: Any, rows: list[Entry]) -> None:
         """Script index entries in one statement: a block's thousands as one executor run, not
         thousands of statements (in key order, the order concurrent units lock them in)."""
-        cur.execute(_INSERT_ENTRIES, _arrays(sorted(rows)))
+        keyed(cur, _INSERT_ENTRIES, _arrays(sorted(rows)))
 
     def _delete_entries(self, cur: Any, rows: list[Entry]) -> None:
-        cur.execute(_DELETE_ENTRIES, _arrays(sorted(rows)))
+        keyed(cur, _DELETE_ENTRIES, _arrays(sorted(rows)))
 
     def _update_rows(self, cur: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
         """Many rows' changes as one statement over arrays (a block's spends rewrite thousands
         of parents), in key order; a few go as they are."""
         if len(rows) < ARRAY_FROM:
             return super()._update_rows(cur, sql, rows)
-        cur.execute(_array_update(sql), _arrays(sorted(rows, key=_key_of(sql))))
+        keyed(cur, _array_update(sql), _arrays(sorted(rows, key=_key_of(sql))))
 
     def _reserve_ids(self, cur: Any, n: int) -> list[int]:
         cur.execute("SELECT nextval('txs_id_seq') FROM generate_series(1, %s)", (n,))
