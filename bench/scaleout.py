@@ -18,6 +18,10 @@ wait`, over a chain from regtest's genesis whose spends reach across the whole U
   and the check: the tip (height and hash), the tip's commitment (`utxo stats --hash muhash`)
   and the confirmed set (`utxo utxos --confirmed`, every outpoint and satoshi) equal to the
   model's. A run that fails its check makes the bench exit 1.
+- `quarters_tx_per_s`: the main blocks in four quarters, each quarter's transactions over the
+  time between the last block applied before it and its own last (from the workers' "applied
+  block" log lines); `flatness` is the last quarter's rate over the first's: how the cost per
+  transaction holds up as the store grows (`--blocks 156` makes a ~390,000-tx chain).
 - `--rounds R` repeats the list of worker counts R times, alternating, so the machine's drift
   spreads over every N; each N's best run is reported beside all runs.
 The broker is an empty database of the Redis at `--redis` (default `UTXO_BROKER_URL`), claimed
@@ -31,12 +35,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +83,7 @@ class Run:
     peak_rss_mb: float
     phases: dict[str, float]  # mempool flow: seconds of the tx phase and the block phase
     check: dict[str, Any]
+    quarters: list[float]  # tx/s of each quarter of the main blocks (see the module)
 
     def row(self) -> dict[str, Any]:
         out = {
@@ -87,6 +95,9 @@ class Run:
             "peak_rss_mb": round(self.peak_rss_mb, 1),
             "correct": self.check["ok"],
         }
+        if self.quarters:
+            out["quarters_tx_per_s"] = [round(q) for q in self.quarters]
+            out["flatness"] = round(self.quarters[-1] / self.quarters[0], 3)
         for name, (secs, n) in self.phases_with_counts().items():
             out[f"{name}_tx_per_s"] = round(n / secs)
         if not self.check["ok"]:
@@ -185,6 +196,7 @@ def run_once(
             cpu, host = sum(cpu_s(p.pid) for p in procs) - cpu0, host_cpu_s() - host0
             peak = max(rss_mb(p.pid) for p in procs)
             verdict = check(chain, env, tmp)
+            quarters = quarter_rates(chain, logs) if args.flow == "blocks" else []
         finally:
             for p in procs:
                 p.send_signal(signal.SIGTERM)
@@ -194,7 +206,43 @@ def run_once(
                 except subprocess.TimeoutExpired:
                     p.kill()
             claimed.release()
-    return Run(n_workers, elapsed, txs, cpu, host, peak, phases, verdict)
+    return Run(n_workers, elapsed, txs, cpu, host, peak, phases, verdict, quarters)
+
+
+_APPLIED_TEXT = re.compile(
+    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}):.*applied block [0-9a-f]{64} at height (\d+):"
+)
+
+
+def applied_times(logs: list[Path]) -> dict[int, float]:
+    """When each height was applied (the last time, seconds since the epoch), from the workers'
+    logs: text lines, or JSON lines (UTXO_LOG_JSON)."""
+    out: dict[int, float] = {}
+    for path in logs:
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith("{") and '"phase": "applied"' in line:
+                d = json.loads(line)
+                out[int(d["height"])] = datetime.fromisoformat(d["ts"]).timestamp()
+            elif "applied block" in line and (m := _APPLIED_TEXT.match(line)):
+                t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(m.group(2)) / 1000
+                out[int(m.group(3))] = t
+    return out
+
+
+def quarter_rates(chain: Chain, logs: list[Path]) -> list[float]:
+    """Tx/s of each quarter of the main blocks (see the module); [] when they are too few, or
+    an applied line is missing."""
+    times = applied_times(logs)
+    main = list(range(chain.setup + 1, chain.tip_height + 1))
+    if len(main) < 8 or any(h not in times for h in [chain.setup, *main]):
+        return []
+    per_block = (chain.n_txs - chain.setup_txs) / len(main)
+    rates = []
+    for q in range(4):
+        part = main[q * len(main) // 4 : (q + 1) * len(main) // 4]
+        spent = times[part[-1]] - times[part[0] - 1]
+        rates.append(len(part) * per_block / max(spent, 1e-3))
+    return rates
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--concurrency", type=int, default=1, help="pool processes per worker (-c)")
     ap.add_argument("--redis", default=os.environ.get("UTXO_BROKER_URL", "redis://127.0.0.1:6379/0"))
+    ap.add_argument("--dir", type=Path, help="work in this directory and keep it (the workers' logs, "
+                    "SQLite stores); default: a temporary one, removed")
     args = ap.parse_args(argv)
     try:
         counts = [int(x) for x in args.workers.split(",") if x.strip()]
@@ -220,8 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     chain = generate(args.blocks, args.txs_per_block, args.fan_blocks, args.seed,
                      keep_txs=args.flow == "mempool")
     runs: list[Run] = []
-    with tempfile.TemporaryDirectory(prefix="utxoflow-bench-scaleout-") as d:
+    temporary = tempfile.TemporaryDirectory(prefix="utxoflow-scaleout-")
+    workdir = nullcontext(str(args.dir)) if args.dir else temporary
+    with workdir as d:
         tmp = Path(d)
+        tmp.mkdir(parents=True, exist_ok=True)
         files = {"chain": _write_lines(tmp / "chain.hex", chain.raws)}
         if args.flow == "mempool":
             files["setup"] = _write_lines(tmp / "setup.hex", chain.raws[: chain.setup])

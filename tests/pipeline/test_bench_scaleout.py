@@ -87,14 +87,16 @@ def _bench(*args: str) -> dict:
 
 @pytest.mark.timeout(300)
 def test_bench_scaleout_runs_the_users_path_and_reports_per_worker_count() -> None:
-    out = _bench("--workers", "1,2", "--blocks", "3", "--txs-per-block", "40", "--fan-blocks", "1")
+    out = _bench("--workers", "1,2", "--blocks", "8", "--txs-per-block", "30", "--fan-blocks", "1")
     assert out["bench"] == "scaleout" and out["flow"] == "blocks" and out["correct"] is True
-    assert out["blocks"] == MATURITY + 1 + 3 and out["txs"] == (MATURITY + 1 + 3) + 4 * 40
+    assert out["blocks"] == MATURITY + 1 + 8 and out["txs"] == (MATURITY + 1 + 8) + 9 * 30
     assert [r["workers"] for r in out["by_workers"]] == [1, 2]
     for row in out["by_workers"]:
         assert row["correct"] is True
-        for field in ("tx_per_s", "cpu_s_per_1000_tx", "host_cores_busy", "peak_rss_mb", "speedup"):
+        for field in ("tx_per_s", "cpu_s_per_1000_tx", "host_cores_busy", "peak_rss_mb", "speedup",
+                      "flatness"):
             assert row[field] > 0, field
+        assert len(row["quarters_tx_per_s"]) == 4 and min(row["quarters_tx_per_s"]) > 0
     assert out["by_workers"][0]["speedup"] == 1.0
 
 
