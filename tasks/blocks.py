@@ -1,10 +1,11 @@
 """Block tasks (queue `blocks`): a block's bytes are in the blob store; the message names it.
 
-A block task never polls: it indexes its block, then applies the best chain if nobody else is
-applying it; if somebody is, it acknowledges and leaves its block to that worker, which looks
-at the chain again after letting go (workers/sequencer.py). Its message id stays pending until
-the holder has applied (or refused) the block (workers/registry.py), so `utxo wait` still means
-"applied", and the requeue scan sends the message again should the holder die."""
+A block task never polls: it indexes its block (unless `utxo enqueue` did), then applies the
+best chain if nobody else is applying it; if somebody is, it acknowledges and leaves its block
+to that worker, which looks at the chain again after letting go (workers/sequencer.py). Its
+message id stays pending until the holder has applied (or refused) the block
+(workers/registry.py), so `utxo wait` still means "applied", and the requeue scan sends the
+message again should the holder die."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from chain import hex_to_hash
 from stores.errors import StorageError
 from stores.state import BlockStatus
 from workers.app import app
-from workers.blockindex import BlockMissing
+from workers.blockindex import BlockMissing, corrupt
 from workers.sequencer import ChainBusy, Unfinished
 from workers.services import services
 
@@ -35,7 +36,9 @@ def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
     try:
         svc = services()  # (first call in a process: opens the stores, which may fail)
         seq = svc.sequencer
-        entry = seq.accept(seq.load(h))  # (waits for the index lease: parsed once)
+        entry = seq.state.get_block(h)  # indexed by `utxo enqueue` already: not parsed here
+        if entry is None or corrupt(entry):
+            entry = seq.accept(seq.load(h))  # (waits for the index lease: parsed once)
         if entry is None:  # another worker has been indexing for long: later
             raise self.retry(countdown=1.0)
         seq.advance(budget_s=svc.settings.block_task_budget)

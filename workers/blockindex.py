@@ -17,6 +17,11 @@ Invariants:
   outputs no block seen made, while the base's parent is unknown, is placed again when a block
   arrives below it (`provisional`): the outputs may be in that block's ancestry.
 - Every walk over descendants is `descend`, breadth first, each block once.
+- What indexing needs of a block is its `Arrival` (header links and bits, transaction count, the
+  height it states, its own check): a worker's block task builds it from the parsed block, and
+  `utxo enqueue` from the block it checked at the door (`accept_checked`), so that a file's
+  chain is in the index before the first of its messages is taken, and the chain's holder
+  finds it ready to apply in batches.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
 from chain import (
     BODY_MISMATCH,
@@ -227,6 +233,29 @@ def below_snapshot(height: int | None, block_hash: bytes, snapshot: tuple[int, b
 Lease = Callable[[str, float], AbstractContextManager[bool]]
 
 
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """What the index takes of an arriving block: its hash, its parent's, its bits, how many
+    transactions it holds, the height it states (`stated_height`), and why it is invalid on its
+    own (`check`: called at most once, only when the block is new to the index)."""
+
+    hash: bytes
+    prev: bytes
+    bits: int
+    n_txs: int
+    stated: int | None
+    check: Callable[[], str | None]
+
+    @property
+    def hash_hex(self) -> str:
+        return self.hash[::-1].hex()
+
+    @property
+    def base_height(self) -> int:
+        """The height it has if it starts the chain (`base_height`)."""
+        return self.stated or 0
+
+
 class BlockIndex:
     def __init__(
         self,
@@ -292,30 +321,42 @@ class BlockIndex:
     def accept(self, block: Block) -> BlockEntry | None:
         """Put the block into the index (see the invariants). Known blocks are left as they are,
         but a genuine copy revives a corrupted one. None when another worker is indexing."""
-        known = self.state.get_block(block.hash)
-        if known is not None and not (corrupt(known) and self.blocks.check(block) is None):
+        h = block.header
+        return self._accept(Arrival(block.hash, h.prev_hash, h.bits, len(block.txs), stated_height(block),
+                                    lambda: self.blocks.check(block)))
+
+    def accept_checked(
+        self, block_hash: bytes, prev: bytes, bits: int, n_txs: int, stated: int | None
+    ) -> BlockEntry | None:
+        """`accept` for a block whose transactions were checked against its header already (at
+        `utxo enqueue`'s door: `chain.check_block`), from its header's fields alone."""
+        return self._accept(Arrival(block_hash, prev, bits, n_txs, stated, lambda: None))
+
+    def _accept(self, a: Arrival) -> BlockEntry | None:
+        known = self.state.get_block(a.hash)
+        if known is not None and not (corrupt(known) and a.check() is None):
             return known
         with self.lease(INDEX_LEASE, 30.0) as mine:
             if not mine:
                 return None
-            known = self.state.get_block(block.hash)
+            known = self.state.get_block(a.hash)
             if known is not None and not corrupt(known):
                 return known
-            entry = self._revive(block, known) if known is not None else self._add(block)
+            entry = self._revive(a, known) if known is not None else self._add(a)
             self._note_rebase()
             return entry
 
-    def _add(self, block: Block) -> BlockEntry:
+    def _add(self, a: Arrival) -> BlockEntry:
         self._init_from_snapshot()
-        parent = self.state.get_block(block.header.prev_hash)
-        reason = self.blocks.check(block)
-        n, h, prev = len(block.txs), block.hash, block.header.prev_hash
+        parent = self.state.get_block(a.prev)
+        reason = a.check()
+        n, h, prev = a.n_txs, a.hash, a.prev
         if parent is None:
             if self.state.best_candidate() is None:  # no chain yet (invalid blocks do not count)
                 # bits no target can meet fail check_pow: no work (block_work would raise)
-                work = 0 if reason else block_work(block.header.bits)
+                work = 0 if reason else block_work(a.bits)
                 status = BlockStatus.INVALID if reason else BlockStatus.PENDING
-                entry = self.state.add_block(h, prev, base_height(block), work, status, n, reason)
+                entry = self.state.add_block(h, prev, a.base_height, work, status, n, reason)
                 if not reason:
                     self.state.set_meta(BASE, h.hex())
             else:
@@ -330,7 +371,7 @@ class BlockIndex:
             entry = self.state.add_block(h, prev, None, None, status, n, reason)
         else:
             assert parent.height is not None and parent.work is not None
-            work = parent.work + (0 if reason else block_work(block.header.bits))
+            work = parent.work + (0 if reason else block_work(a.bits))
             tip = self.state.tip()
             status = (
                 BlockStatus.INVALID if reason else connected_status(work, None if tip is None else tip.work)
@@ -338,7 +379,7 @@ class BlockIndex:
             entry = self.state.add_block(h, prev, parent.height + 1, work, status, n, reason)
         refused = int(entry.status is BlockStatus.INVALID)
         if refused:
-            log.warning("block %s is invalid: %s", block.hash_hex, entry.reason)
+            log.warning("block %s is invalid: %s", a.hash_hex, entry.reason)
         if entry.status is not BlockStatus.ORPHAN:  # orphans below it: invalid, or connected now
             below = self.rederive(entry, lambda e: e.status is BlockStatus.ORPHAN or placed_again(e))
             self.state.commit(blocks=below)
@@ -347,10 +388,10 @@ class BlockIndex:
             metrics.blocks_refused(refused)
         return entry
 
-    def _revive(self, block: Block, known: BlockEntry) -> BlockEntry:
+    def _revive(self, a: Arrival, known: BlockEntry) -> BlockEntry:
         """The genuine block after a corrupted copy of it was indexed as invalid (the same header
         hash): it takes its place, and the descendants refused for its sake are placed again."""
-        parent = self.state.get_block(block.header.prev_hash)
+        parent = self.state.get_block(a.prev)
         if parent is None or parent.status in (BlockStatus.INVALID, BlockStatus.ORPHAN):
             return known  # its place is decided when its parent's is (the corrupt verdict stays)
         tip = self.state.tip()
@@ -362,8 +403,8 @@ class BlockIndex:
         entry = _with(known, change)
         changes = [change, *self.rederive(entry, lambda e: e.reason == PARENT_INVALID)]
         self.state.commit(blocks=changes)
-        log.warning("block %s: a valid copy replaces the corrupted one indexed before", block.hash_hex)
-        return self.entry(block.hash)
+        log.warning("block %s: a valid copy replaces the corrupted one indexed before", a.hash_hex)
+        return self.entry(a.hash)
 
     def _init_from_snapshot(self) -> None:
         """A store seeded with a snapshot at block B (height H): B is the applied base."""

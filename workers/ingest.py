@@ -10,10 +10,17 @@ Invariants:
   hash: a 1 MB block never travels through Redis. Enqueuing the same block twice is harmless.
 - The message is registered as pending (in the state store) before it is sent, so a message
   the broker loses is still known, and sent again (workers/requeue.py).
+- A block checked at the door is put into the block index before its message is sent
+  (`BlockIndex.accept_checked`, from its header: nothing parsed again), so that the chain's
+  holder finds every block of a file ready when the first message is taken, and applies them
+  in batches; a block task finding its block indexed goes straight to the chain. Indexing is
+  only a head start: a block the index could not take then (its lease held for long) is
+  indexed by its task, as any block sent without the door's checks is.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import string
 import uuid
@@ -33,11 +40,13 @@ from chain import (
     parse_tx,
 )
 from stores.blob.protocol import blob_key
+from stores.errors import StorageError
 from stores.state import StateStore
 from workers.blockindex import below_snapshot, keep_block, parse_block_fast, stated_height
 from workers.forkmap import map_ranges
 from workers.services import Services, services
 
+log = logging.getLogger("utxoflow.ingest")
 BLOCK_TASK = "utxoflow.block.arrived"
 TX_TASK = "utxoflow.tx.arrived"
 TASKS = {"block": BLOCK_TASK, "tx": TX_TASK}  # a pending entry's kind → the task of its message
@@ -125,6 +134,7 @@ class CheckedBlock:
     prev: bytes
     height: int | None  # workers.blockindex.stated_height
     where: str  # "NAME: block K of N (line L)"
+    bits: int  # its header's target
 
     @property
     def hash_hex(self) -> str:
@@ -142,8 +152,8 @@ def _checked(raws: list[tuple[str, int, bytes]], name: str, processes: int = 1) 
         return f"{name}: block {k + 1} of {n}" + (f" ({place})" if place else "")
 
     def check(lo: int, hi: int) -> list[list[Any]]:
-        """["ok", hash, prev, txs, height] per block of lo … hi-1 (hex hashes), up to the first
-        that is not valid: ["error", what is wrong], and no further."""
+        """["ok", hash, prev, txs, height, bits] per block of lo … hi-1 (hex hashes), up to the
+        first that is not valid: ["error", what is wrong], and no further."""
         out: list[list[Any]] = []
         for k in range(lo, hi):
             _place, at, raw = raws[k]
@@ -156,7 +166,7 @@ def _checked(raws: list[tuple[str, int, bytes]], name: str, processes: int = 1) 
             if reason is not None:
                 return [*out, ["error", f"{where(k)}, {block.hash_hex}: {reason}"]]
             prev, height = block.header.prev_hash.hex(), stated_height(block)
-            out.append(["ok", block.hash.hex(), prev, len(block.txs), height])
+            out.append(["ok", block.hash.hex(), prev, len(block.txs), height, block.header.bits])
         return out
 
     big = processes > 1 and n > 1 and sum(len(r) for _p, _a, r in raws) >= PARALLEL_FROM_BYTES
@@ -165,8 +175,9 @@ def _checked(raws: list[tuple[str, int, bytes]], name: str, processes: int = 1) 
     for k, got in enumerate(found):
         if got[0] == "error":
             raise InputError(got[1])
-        _ok, h, prev, txs, height = got
-        blocks.append(CheckedBlock(bytes.fromhex(h), txs, raws[k][2], bytes.fromhex(prev), height, where(k)))
+        _ok, h, prev, txs, height, bits = got
+        raw = raws[k][2]
+        blocks.append(CheckedBlock(bytes.fromhex(h), txs, raw, bytes.fromhex(prev), height, where(k), bits))
     return blocks
 
 
@@ -281,15 +292,37 @@ def send(task: str, arg: str, ident: str, svc: Services, height: int | None = No
     publish(task, arg, ident, height)
 
 
-def submit_block(raw: bytes, svc: Services | None = None, block: Block | CheckedBlock | None = None) -> str:
+def submit_block(
+    raw: bytes, svc: Services | None = None, block: Block | CheckedBlock | None = None,
+    index: bool | None = None,
+) -> str:
     """Store and enqueue one block (ParseError when the bytes are not one; `block`: they were
-    parsed or checked already, into it); its hash."""
+    parsed or checked already, into it); its hash. `index` (by default: for a block checked at
+    the door, a CheckedBlock) puts it into the block index before its message is sent (see the
+    invariants); otherwise its task indexes it."""
     svc = svc or services()
     block = block or parse_block_fast(raw)
     keep_block(svc.blobs, block.hash, raw, block if isinstance(block, Block) else None)
+    checked = isinstance(block, CheckedBlock)
     height = block.height if isinstance(block, CheckedBlock) else stated_height(block)
+    if checked if index is None else index:
+        _index(svc, block)
     send(BLOCK_TASK, block.hash_hex, f"block:{block.hash_hex}", svc, height)
     return block.hash_hex
+
+
+def _index(svc: Services, block: Block | CheckedBlock) -> None:
+    """The block into the index ahead of its task (a head start only: a state store that fails
+    here fails the registry's write next, and an index lease held for long leaves it to the
+    task)."""
+    index = svc.sequencer.index
+    try:
+        if isinstance(block, CheckedBlock):
+            index.accept_checked(block.hash, block.prev, block.bits, block.n_txs, block.height)
+        else:
+            index.accept(block)
+    except StorageError as e:
+        log.warning("block %s: not indexed ahead of its task (%s)", block.hash_hex, e)
 
 
 def submit_tx(raw: bytes | Tx, svc: Services | None = None) -> str:

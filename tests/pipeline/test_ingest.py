@@ -19,7 +19,7 @@ from workers.blockindex import keep_block, stated_height
 from workers.ingest import CheckedBlock, InputError, read_blocks
 
 
-def test_read_blocks_keeps_hash_size_and_bytes_only() -> None:
+def test_read_blocks_keeps_hash_size_and_bytes_and_the_header_fields_the_index_needs() -> None:
     c = Chain()
     for _ in range(3):
         c.add()
@@ -27,7 +27,7 @@ def test_read_blocks_keeps_hash_size_and_bytes_only() -> None:
     got = read_blocks(text, "chain.hex")
     assert got == [
         CheckedBlock(b.hash, len(b.txs), r, b.header.prev_hash, stated_height(b),
-                     f"chain.hex: block {k} of 3 (line {k})")
+                     f"chain.hex: block {k} of 3 (line {k})", b.header.bits)
         for k, (r, b) in enumerate(((r, parse_block(r)) for r in c.blocks), 1)
     ]
     assert got[0].hash_hex == parse_block(c.blocks[0]).hash_hex

@@ -57,15 +57,16 @@ def test_a_two_worker_run_seen_through_metrics_status_and_the_dashboard(pipeline
     base = SNAPSHOT_HEIGHT
 
     # Nothing consumes yet: the queue gauges must be what Redis holds, the pending count what
-    # was enqueued; no block is indexed (a worker does that), so there is no tip yet.
+    # was enqueued; `utxo enqueue` indexed the blocks (over the snapshot's block, the tip), so
+    # the chain lags by all three.
     pipeline.enqueue("block", chain.blocks[:3])
     m = utxo_metrics(pipeline)
     for q in QUEUES:
         assert total(m, "utxoflow_queue_messages", queue=q) == pipeline.redis.llen(q), q
     assert total(m, "utxoflow_queue_messages", queue="blocks") == 3
     assert total(m, "utxoflow_pending_messages", kind="block") == 3
-    assert "utxoflow_tip_height" not in {n for n, _l, _v in m}  # (no value is not a zero)
-    assert total(m, "utxoflow_chain_lag_blocks") == 0
+    assert total(m, "utxoflow_tip_height") == base and total(m, "utxoflow_best_height") == base + 3
+    assert total(m, "utxoflow_chain_lag_blocks") == 3
     assert total(m, "utxoflow_workers_alive") == 0
     assert total(m, "utxoflow_up", source="state") == total(m, "utxoflow_up", source="broker") == 1
 

@@ -177,8 +177,10 @@ def test_the_workers_resend_what_a_restart_lost_with_no_beat(pipeline: Pipeline,
     broker.kill()
     broker.start()
     assert queued(pipeline) == 0  # every message is gone with the old run
-    until(lambda: queued(pipeline) == len(chain.blocks), 20, why="the running worker's own scan")
-    assert "re-sent 3 message(s): 3 lost with an earlier broker run" in pipeline.log("r1"), pipeline.log("r1")
+    # (the blocks are indexed by `utxo enqueue`: the manager may add a message that takes the
+    # chain up, which nobody applies here)
+    until(lambda: queued(pipeline) >= len(chain.blocks) and "re-sent 3 message(s): 3 lost with an earlier "
+          "broker run" in pipeline.log("r1"), 20, why="the running worker's own scan")
     pipeline.start_worker("w1")
     pipeline.wait(60)
     tip = pipeline.tip()

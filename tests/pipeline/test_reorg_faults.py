@@ -62,7 +62,9 @@ def test_worker_killed_in_the_middle_of_a_conflict_swap(pipeline: Pipeline, wher
         pipeline.wait()
     else:
         pipeline.start_worker("w1")
-        pipeline.enqueue("block", [*s.a.blocks, *s.b.blocks[1:]])
+        pipeline.enqueue("block", s.a.blocks)  # A applied first: B's arrival is a reorg (both in one
+        pipeline.wait()  # enqueue, the index would know B before A's first block is applied)
+        pipeline.enqueue("block", s.b.blocks[1:])
         pipeline.wait()
         pipeline.stop()  # warm: w1 is done with everything
         pipeline.start_worker("w2", env=park_env(marker))

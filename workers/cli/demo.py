@@ -192,7 +192,7 @@ class Demo:
                 polled = time.monotonic()
 
             for raw, b in zip(blocks, parsed):
-                sizes[f"block:{submit_block(raw, svc, b)}"] = len(b.txs)
+                sizes[f"block:{submit_block(raw, svc, b, index=True)}"] = len(b.txs)
                 if time.monotonic() - polled > 0.5:  # the workers are at it already: show it
                     poll()
             while sizes:
