@@ -20,12 +20,26 @@ from stores.state import BlockStatus
 from workers.app import app
 from workers.blockindex import BlockMissing, corrupt
 from workers.sequencer import ChainBusy, Unfinished
-from workers.services import services
+from workers.services import Services, services
 
 log = logging.getLogger("utxoflow.tasks")
 MISSING_RETRIES = 3  # a block whose bytes are nowhere is reported after this many tries
 # a block settled this way needs its body no more (the pruner removes bodies below the retention)
 SETTLED = (BlockStatus.APPLIED, BlockStatus.SIDE, BlockStatus.INVALID)
+
+
+def _prepare_ahead(svc: Services) -> None:
+    """Meanwhile, prepare the blocks the holder applies next (`workers.prepare`). Only a saving
+    for the holder: a failure here is logged and never fails the block's task."""
+    try:
+        made = svc.sequencer.prepare_ahead(budget_s=svc.settings.block_task_budget)
+    except StorageError as e:
+        log.warning("preparing blocks ahead of the chain stopped: %s", e)
+    except Exception:  # a bug in an optimisation must not hold up the chain
+        log.exception("preparing blocks ahead of the chain failed")
+    else:
+        if made:
+            log.debug("prepared %d blocks ahead of the chain", made)
 
 
 @app.task(name="utxoflow.block.arrived", bind=True, max_retries=None)
@@ -45,6 +59,7 @@ def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
     except ChainBusy:  # the holder applies it: it looks at the chain again before it lets go
         log.debug("block %s indexed; the chain's holder applies it", block_hash)
         assert entry is not None
+        _prepare_ahead(svc)
         return entry.to_json()
     except Unfinished as e:  # the budget ran out: the message goes back, any worker goes on
         log.info("block %s: the task's budget ran out, it hands the rest of the chain on", block_hash)

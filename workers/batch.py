@@ -46,6 +46,7 @@ class Applied:
     txs: int
     phases: dict[str, float]  # seconds of each phase of applying it (workers.ops.metrics.phase)
     commitment: Commitment  # the confirmed set as it leaves it (workers.commitment)
+    prepared: bool = False  # its commitment delta was prepared by another worker (workers.prepare)
 
 
 class Batch:

@@ -37,9 +37,12 @@ from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from chain import Block, Tx, hash_to_hex
+from chain.muhash import MuHash
 from stores.errors import StoreError
+from stores.state import PreparedDelta
 from stores.utxo import (
     BlockInfo,
+    OutputInfo,
     SpendRejected,
     Standing,
     StorageError,
@@ -122,21 +125,27 @@ class BlockApplier(Conflicts):
         block_id: int,
         undo: dict[str, Any],
         save: Callable[[dict[str, Any]], None] | None = None,
+        prepared: PreparedDelta | None = None,
     ) -> dict[str, int]:
         """Apply the block (its undo record already written; `save` writes it again when it
         grows: the mempool transactions made conflicting are added before they are). Raises
         BlockRefused, after taking back what it did, when the block breaks a rule;
-        StorageError leaves it for a retry."""
+        StorageError leaves it for a retry. `prepared`: its commitment delta, worked out ahead
+        by another worker (`workers.prepare`), taken instead of computing it here."""
         created = {bytes.fromhex(h) for h in undo["created"]}
         ctx = {"height": height, "block_id": block_id}
         self.delta = None
+        inputs: list[commitment.Outpoint] = []
+        known: dict[commitment.Outpoint, commitment.Coin] = {}
+        spent: dict[commitment.Outpoint, OutputInfo] = {}
         with self._noting(undo, save):
             try:
                 with metrics.phase("check", self.timings):
                     conflicting = self.check_known(block, created)
-                    inputs = commitment.outside_inputs(block)
-                    known, missing = self.coins.take(inputs)
-                    spent = self.utxo.get_outputs(missing) if missing else {}
+                    if prepared is None:  # the coins it spends, for its commitment delta
+                        inputs = commitment.outside_inputs(block)
+                        known, missing = self.coins.take(inputs)
+                        spent = self.utxo.get_outputs(missing) if missing else {}
                 with metrics.phase("create", self.timings):
                     made = self.create_phase(block, created, ctx)
                 with metrics.phase("reclaim", self.timings):
@@ -150,8 +159,12 @@ class BlockApplier(Conflicts):
         with metrics.phase("mine", self.timings):
             self.mine_phase(block, ctx, made)
         with metrics.phase("commit", self.timings):
-            self.delta, coins = commitment.block_delta(block, height, inputs, spent, known)
-            self.coins.add(coins)
+            if prepared is None:
+                self.delta, coins = commitment.block_delta(block, height, inputs, spent, known)
+                self.coins.add(coins)
+            else:
+                self.delta = commitment.Delta(MuHash.from_bytes(prepared.muhash), prepared.utxos,
+                                              prepared.satoshis)
         if height > 0:  # a base block without BIP34 is height 0, which no store height may be
             self.utxo.set_block_height(height)
         return {"txs": len(block.txs), "created": len(created), "missing_inputs": skipped}

@@ -37,6 +37,11 @@ Invariants:
 - `advance` stops after its time budget (`Unfinished`), between blocks (applied, disconnected or
   taken back by a rebase), so that a worker told to stop does so within seconds; whoever calls
   it again goes on from there.
+- A worker that finds the chain held prepares the blocks ahead of it instead
+  (`prepare_ahead`, `workers.prepare`), and the holder takes a block's prepared commitment
+  delta where its basis still holds. The chain's `epoch` (state meta) is bumped in the commit
+  that starts taking a block off the chain (a disconnection, a rebase), before the UTXO store
+  changes: a preparer's reads that straddle it are thrown away.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ from workers.blockindex import (
 )
 from workers.fanout import Fanout, LocalFanout, settle_block
 from workers.ops import activity, metrics
+from workers.prepare import EPOCH, Preparer, prepared_for
 
 log = logging.getLogger("utxoflow.sequencer")
 
@@ -132,6 +138,23 @@ class Sequencer:
         # continues from it even before the batch holding it commits. Forgotten, with the
         # applier's recent coins, at any break: see `_parent_commitment`
         self._last: tuple[bytes, int, Commitment] | None = None
+        self._preparer: Preparer | None = None
+
+    def prepare_ahead(self, budget_s: float) -> int:
+        """Prepare blocks above the tip for the chain's holder (`workers.prepare`): for a worker
+        that found the chain held. How many deltas it made."""
+        if self._preparer is None:
+            self._preparer = Preparer(self.state, self.utxo, self.genuine, self.lease, self._base)
+        made = self._preparer.ahead(budget_s)
+        metrics.blocks_prepared(made)
+        return made
+
+    def _base(self) -> str | None:
+        return self.state.get_meta(BASE)
+
+    def _bump_epoch(self) -> dict[str, str | None]:
+        """The meta change that bumps the chain's epoch (see the invariants)."""
+        return {EPOCH: str(int(self.state.get_meta(EPOCH) or 0) + 1)}
 
     def take_settled(self) -> list[bytes]:
         """The blocks settled by this worker's passes since the last call (call it after an
@@ -334,10 +357,11 @@ class Sequencer:
         # batch's transaction, which a crash leaves unwritten whole (the `applying` mark's
         # take-back then finds nothing to undo)
         fused = self.utxo.fused() if self.fuse else nullcontext()
+        prepared = prepared_for(self.state, e, self._base())
         try:
             with fused:
                 counts = self.applier.apply(
-                    block, e.height, e.block_id, undo, lambda u: self.state.put_undo(e.hash, u)
+                    block, e.height, e.block_id, undo, lambda u: self.state.put_undo(e.hash, u), prepared
                 )
         except BlockRefused as r:
             batch.flush(still=[e.hash])  # the blocks before it stand; the mark keeps this one
@@ -350,7 +374,8 @@ class Sequencer:
         made = commitment.advance(parent, self.applier.delta)
         self._last = (e.hash, e.height, made)
         seconds = time.perf_counter() - t0
-        batch.add(Applied(e, undo, counts, seconds, len(block.txs), self.applier.timings, made))
+        batch.add(Applied(e, undo, counts, seconds, len(block.txs), self.applier.timings, made,
+                          prepared=prepared is not None))
         return True
 
     def _parent_commitment(self, e: BlockEntry) -> Commitment:
@@ -405,6 +430,7 @@ class Sequencer:
             meta={APPLYING: mark(still or [])},
             prune_undo_below=None if keep else last.height - self.retention,
             commitments={a.entry.hash: a.commitment for a in done},
+            deltas={a.entry.hash: None for a in done},  # (taken, or computed here: not needed again)
         )
         for a in done:
             self._settled.add(a.entry.hash)
@@ -412,8 +438,9 @@ class Sequencer:
                      a.entry.hash[::-1].hex(), a.entry.height, a.counts, a.seconds,
                      extra={"block": a.entry.hash[::-1].hex(), "height": a.entry.height,
                             "phase": "applied", "duration_s": round(a.seconds, 4), "txs": a.txs,
-                            "phases_s": {k: round(v, 4) for k, v in a.phases.items()}})
-            metrics.block_applied(a.seconds, a.txs, a.phases)
+                            "phases_s": {k: round(v, 4) for k, v in a.phases.items()},
+                            "prepared": a.prepared})
+            metrics.block_applied(a.seconds, a.txs, a.phases, a.prepared)
         activity.note("blocks", len(done))
         activity.note("block_txs", sum(a.txs for a in done))
         if self.on_applied is not None:
@@ -443,7 +470,8 @@ class Sequencer:
         assert e.height is not None
         self._forget()
         block = self.load(e.hash)
-        self.state.commit(meta={DISCONNECTING: e.hash.hex()})  # from here on it is finished
+        # from here on it is finished; preparers' reads from now on are thrown away
+        self.state.commit(meta={DISCONNECTING: e.hash.hex(), **self._bump_epoch()})
         self.applier.disconnect(block, e.height, e.block_id)
         self._off_chain(e, meta={DISCONNECTING: None})
         log.info("disconnected block %s at height %d", block.hash_hex, e.height,
@@ -485,7 +513,7 @@ class Sequencer:
             BlockChange(e.hash, status=BlockStatus.INVALID, reason=reason),
             *self.index.rederive(bad, lambda k: k.status is not BlockStatus.INVALID),
         ]
-        self.state.commit(blocks=changes, undo={e.hash: None}, meta={APPLYING: None})
+        self.state.commit(blocks=changes, undo={e.hash: None}, meta={APPLYING: None}, deltas={e.hash: None})
         self._settled.update(c.hash for c in changes)
         metrics.blocks_refused(len(changes))
 
@@ -494,6 +522,8 @@ class Sequencer:
         if self.state.get_meta(REBASE) is None:
             return
         tip = self.state.tip()
+        if tip is not None and tip.reason != SNAPSHOT:  # blocks leave the chain: preparers' reads go
+            self.state.commit(meta=self._bump_epoch())
         while tip is not None and tip.reason != SNAPSHOT:
             self._renew()
             self._take_back(tip)

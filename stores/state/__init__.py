@@ -11,11 +11,12 @@ from stores.state.protocol import (
     BlockStatus,
     Commitment,
     PendingEntry,
+    PreparedDelta,
     StateStore,
 )
 from stores.state.prunejobs import PruneJob, Requested
 
 __all__ = [
     "KEEP", "PENDING_KINDS", "BlockChange", "BlockEntry", "BlockStatus", "Commitment", "PendingEntry",
-    "PruneJob", "Requested", "StateStore", "open_state_store",
+    "PreparedDelta", "PruneJob", "Requested", "StateStore", "open_state_store",
 ]

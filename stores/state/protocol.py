@@ -5,9 +5,9 @@ Invariants every backend keeps (tests/state checks each):
 - `best_candidate` is the connected block of most cumulative work that is neither invalid nor
   an orphan; among equals, the first seen (lowest arrival order) wins, so ties keep the chain.
 - An undo record is written before a block's first change and read back whole.
-- `commit` changes blocks, the tip, undo records, meta values and commitments in one
-  transaction: a reader never sees a block applied above the tip, or the tip on a block not
-  applied, or an applied block without the commitment it was applied with.
+- `commit` changes blocks, the tip, undo records, meta values, commitments and prepared deltas
+  in one transaction: a reader never sees a block applied above the tip, or the tip on a block
+  not applied, or an applied block without the commitment it was applied with.
 - A lease has at most one holder until it expires; so has a chunk unit (see chunks.py).
 - A recovery entry's claim and release follow stores/state/recovery.py; a terminal entry
   never changes again.
@@ -80,6 +80,19 @@ class Commitment:
     satoshis: int
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedDelta:
+    """A block's change to the confirmed set's commitment, worked out ahead of the chain by a
+    worker that does not hold it (`workers.prepare`): the MuHash of its coins in over its coins
+    out (384 bytes), the change in outputs and satoshis, and `basis`, what it holds for (the
+    chain's base and the block's height: `workers.prepare.basis`)."""
+
+    basis: str
+    muhash: bytes
+    utxos: int
+    satoshis: int
+
+
 KEEP: Any = object()  # `commit`'s tip argument: leave the tip where it is
 
 
@@ -136,14 +149,19 @@ class StateStore(Protocol):
         meta: Mapping[str, str | None] = {},
         prune_undo_below: int | None = None,
         commitments: Mapping[bytes, Commitment] = {},
+        deltas: Mapping[bytes, PreparedDelta | None] = {},
     ) -> None:
         """All of these in one transaction: block entries changed, the tip moved (None: no
         tip), undo records written (None: deleted), meta values set (None: removed), the
-        undo records of applied blocks at or below `prune_undo_below` deleted, and blocks'
-        commitments written (replacing what a block had)."""
+        undo records of applied blocks at or below `prune_undo_below` deleted (and their
+        prepared deltas), blocks' commitments written (replacing what a block had), and
+        prepared deltas written (replacing) or deleted (None)."""
 
     def get_commitment(self, hash: bytes) -> Commitment | None:
         """The commitment the block was last applied with (kept when it leaves the chain)."""
+
+    def get_delta(self, hash: bytes) -> PreparedDelta | None:
+        """The block's prepared delta, if one was written and not deleted since."""
 
     def demote_pending(self, work: int) -> int:
         """`pending` blocks of no more work than `work` (the tip's) are `side`; how many."""

@@ -20,7 +20,7 @@ from stores.lease import lapsed
 from stores.sqldb import Database
 from stores.state.chunks import ChunkBoardMixin, chunk_ddl
 from stores.state.pending import PendingTable, pending_ddl
-from stores.state.protocol import KEEP, BlockChange, BlockEntry, BlockStatus, Commitment
+from stores.state.protocol import KEEP, BlockChange, BlockEntry, BlockStatus, Commitment, PreparedDelta
 from stores.state.prunejobs import PruneJobs, prune_ddl
 from stores.state.recovery import RecoveryTable, recovery_ddl
 
@@ -57,6 +57,12 @@ def _ddl(blob: str, bigint: str) -> list[str]:
         f"""CREATE TABLE IF NOT EXISTS commitments (
             hash {blob} PRIMARY KEY, muhash {blob} NOT NULL, utxos {bigint} NOT NULL,
             satoshis {bigint} NOT NULL
+        )""",
+        # a block's commitment delta prepared ahead of the chain (`workers.prepare`; a store made
+        # before them gains the table)
+        f"""CREATE TABLE IF NOT EXISTS deltas (
+            hash {blob} PRIMARY KEY, basis TEXT NOT NULL, muhash {blob} NOT NULL,
+            utxos {bigint} NOT NULL, satoshis {bigint} NOT NULL
         )""",
         f"""CREATE TABLE IF NOT EXISTS leases (
             name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at {bigint} NOT NULL
@@ -259,6 +265,7 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable):
         meta: Mapping[str, str | None] = {},
         prune_undo_below: int | None = None,
         commitments: Mapping[bytes, Commitment] = {},
+        deltas: Mapping[bytes, PreparedDelta | None] = {},
     ) -> None:
         q = self.db.q
 
@@ -275,14 +282,26 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable):
             for key, value in meta.items():
                 self._set_meta(cur, key, value)
             if prune_undo_below is not None:
-                cur.execute(q("DELETE FROM undo WHERE hash IN (SELECT hash FROM blocks "
-                              "WHERE status = 'applied' AND height <= ?)"), (prune_undo_below,))
+                for table in ("undo", "deltas"):
+                    cur.execute(q(f"DELETE FROM {table} WHERE hash IN (SELECT hash FROM blocks "
+                                  "WHERE status = 'applied' AND height <= ?)"), (prune_undo_below,))
             if commitments:  # (an upsert: two writers of one block's value never collide)
                 cur.executemany(
                     q("INSERT INTO commitments (hash, muhash, utxos, satoshis) VALUES (?, ?, ?, ?) "
                       "ON CONFLICT (hash) DO UPDATE SET muhash = excluded.muhash, utxos = excluded.utxos, "
                       "satoshis = excluded.satoshis"),
                     [(h, c.muhash, c.utxos, c.satoshis) for h, c in commitments.items()],
+                )
+            gone = [(h,) for h, d in deltas.items() if d is None]
+            if gone:
+                cur.executemany(q("DELETE FROM deltas WHERE hash = ?"), gone)
+            made = [(h, d.basis, d.muhash, d.utxos, d.satoshis) for h, d in deltas.items() if d is not None]
+            if made:
+                cur.executemany(
+                    q("INSERT INTO deltas (hash, basis, muhash, utxos, satoshis) VALUES (?, ?, ?, ?, ?) "
+                      "ON CONFLICT (hash) DO UPDATE SET basis = excluded.basis, muhash = excluded.muhash, "
+                      "utxos = excluded.utxos, satoshis = excluded.satoshis"),
+                    made,
                 )
 
         self.db.write("commit chain state", unit)
@@ -294,6 +313,15 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable):
 
         r = self.db.read("get commitment", q)
         return None if r is None else Commitment(bytes(r[0]), int(r[1]), int(r[2]))
+
+    def get_delta(self, hash: bytes) -> PreparedDelta | None:
+        def q(cur: Any) -> Any:
+            sql = "SELECT basis, muhash, utxos, satoshis FROM deltas WHERE hash = ?"
+            cur.execute(self.db.q(sql), (hash,))
+            return cur.fetchone()
+
+        r = self.db.read("get prepared delta", q)
+        return None if r is None else PreparedDelta(r[0], bytes(r[1]), int(r[2]), int(r[3]))
 
     def demote_pending(self, work: int) -> int:
         def unit(cur: Any) -> int:

@@ -21,7 +21,7 @@ BACKENDS = ["sqlite", "postgresql"]
 TABLES = (
     "txs", "tx_pages", "tx_creations", "meta", "tx_locks", "script_utxos", "blocks", "chain", "undo",
     "leases", "pending",
-    "chunks", "prune_jobs", "recovery", "recovery_counts", "commitments",
+    "chunks", "prune_jobs", "recovery", "recovery_counts", "commitments", "deltas",
 )
 
 

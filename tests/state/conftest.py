@@ -21,7 +21,7 @@ from stores.utxo.sqlite import sqlite_path
 BACKENDS = ["sqlite", "postgresql"]
 TABLES = (
     "blocks", "chain", "undo", "leases", "pending", "chunks", "prune_jobs", "recovery", "recovery_counts",
-    "commitments",
+    "commitments", "deltas",
 )
 
 

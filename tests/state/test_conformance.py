@@ -342,6 +342,30 @@ def test_commit_is_all_or_nothing(state: StateStore) -> None:
     assert state.get_meta("applying") is None
 
 
+def test_prepared_deltas_are_written_replaced_and_deleted_by_commit(state: StateStore) -> None:
+    """A prepared delta round-trips whole (negative changes, 384 bytes), a second write replaces
+    it, None deletes it, and it goes with the undo records of applied blocks pruned below a
+    height — all within `commit`'s one transaction."""
+    from stores.state import BlockChange, PreparedDelta
+
+    d1 = PreparedDelta("aa" * 32 + ":7", bytes(range(256)) + bytes(128), -3, -(2**40))
+    d2 = PreparedDelta("bb" * 32 + ":8", b"\x01" * 384, 5, 10**15)
+    assert state.get_delta(h("a")) is None
+    state.commit(deltas={h("a"): d1, h("b"): d2})
+    assert state.get_delta(h("a")) == d1 and state.get_delta(h("b")) == d2
+    state.commit(deltas={h("a"): d2})
+    assert state.get_delta(h("a")) == d2
+    state.commit(deltas={h("a"): None, h("nope"): None})  # deleting what is not there is harmless
+    assert state.get_delta(h("a")) is None and state.get_delta(h("b")) == d2
+    add(state, "b", status=P, height=1)
+    state.commit(deltas={h("c"): d1})
+    with pytest.raises(StorageError):  # all or nothing: the delta goes back with the bad change
+        state.commit(blocks=[BlockChange(h("nope"), status=A)], deltas={h("b"): None})
+    assert state.get_delta(h("b")) == d2
+    state.commit(blocks=[BlockChange(h("b"), status=A)], prune_undo_below=1)
+    assert state.get_delta(h("b")) is None and state.get_delta(h("c")) == d1  # (c is in no block)
+
+
 def test_demote_pending(state: StateStore) -> None:
     add(state, "a", work=5, status=P)
     add(state, "b", work=7, status=P)

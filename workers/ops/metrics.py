@@ -50,6 +50,11 @@ MEMPOOL_TXS = Counter(
     "known (already in the store: a redelivery), rejected; retried: an attempt that waits for "
     "its parents.", ["outcome"]
 )
+BLOCKS_PREPARED = Counter(
+    "utxoflow_blocks_prepared_total", "Commitment deltas of blocks ahead of the chain: made by a worker "
+    "that did not hold it, and taken by the holder when it applied the block (workers/prepare.py).",
+    ["event"],
+)
 BLOCK_SECONDS = Histogram(
     "utxoflow_block_apply_seconds", "Time to apply one block to the UTXO store.", buckets=PHASE_BUCKETS
 )
@@ -112,12 +117,19 @@ def phase(name: str, into: dict[str, float]) -> Iterator[None]:
 
 
 @_quietly
-def block_applied(seconds: float, txs: int, phases: Mapping[str, float]) -> None:
+def block_applied(seconds: float, txs: int, phases: Mapping[str, float], prepared: bool = False) -> None:
     BLOCKS_APPLIED.inc()
+    if prepared:
+        BLOCKS_PREPARED.labels("taken").inc()
     TXS_APPLIED.labels("block").inc(txs)
     BLOCK_SECONDS.observe(seconds)
     for name, s in phases.items():
         PHASE_SECONDS.labels(name).observe(s)
+
+
+@_quietly
+def blocks_prepared(n: int) -> None:
+    BLOCKS_PREPARED.labels("made").inc(n)
 
 
 @_quietly

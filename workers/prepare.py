@@ -1,0 +1,286 @@
+"""Work done on blocks ahead of the chain's tip by a worker that does not hold the chain, so
+that the holder does less (ARCHITECTURE "Applying a block": workers that do not hold the chain
+prepare the next blocks). Today that is each block's change to the UTXO-set commitment
+(`workers.commitment.block_delta`: the MuHash of the coins it creates over those it spends),
+about a fifth of what applying a block costs its holder; the holder takes a prepared delta
+instead of computing it (`Sequencer._apply`).
+
+Invariants:
+- A block's delta is a function of the block and its ancestry (the coins it spends were made by
+  its ancestors, at their heights), so it stays right for that block whatever else happens —
+  but for the heights, which follow from the chain's base. It is stored with its `basis` (the
+  base and the block's height), and the holder takes it only while both still hold; otherwise,
+  or when there is none, the holder computes the delta itself, as it always could. A prepared
+  delta only ever saves work: one lost or never made changes nothing but speed.
+- The preparer walks the best chain upward from the tip, lowest first, only while the tip is
+  the fork point (no reorg pending), at most AHEAD_TXS transactions (and AHEAD blocks) above
+  it, one preparer at a time (the `prepare` lease); it keeps walking as the holder moves the
+  tip, until its time budget is spent or nothing is left ahead.
+- A spent coin comes from the coins of the blocks this process prepared (kept with their
+  elements, each with the block that made it, used only when that block is below it on the
+  walk or applied), else from the UTXO store — read between two looks at the chain that find
+  the same epoch (nothing taken off the chain meanwhile: `Sequencer` bumps it before any such
+  change) and the tip an ancestor of the block, and taken only at or below the first look's
+  tip, so that every height read is an ancestor's (above it, the store may already hold blocks
+  the state store does not show yet). A coin found in neither makes no delta (the holder finds
+  out why: a missing input, a block to refuse).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+
+from chain import Block, is_data_carrier
+from chain.muhash import MuHash, coin_bytes, elements
+from stores.errors import StorageError
+from stores.state import BlockEntry, BlockStatus, PreparedDelta, StateStore
+from stores.utxo import UtxoStore
+from workers import commitment
+
+log = logging.getLogger("utxoflow.prepare")
+
+LEASE = "prepare"
+EPOCH = "epoch"  # state meta: bumped before anything is taken off the chain (`Sequencer`)
+# Blocks above the tip prepared at most: the holder applies them within seconds, and their
+# coins must stay kept (`Coins`: ~90,000 at 64 MB) for the blocks above them that spend them.
+AHEAD, AHEAD_TXS = 64, 40_000
+Outpoint = tuple[bytes, int]
+_ENTRY = 700  # a kept coin: its element (a 3072-bit number), key, creator and the dict's slot
+
+
+class _Moved(Exception):
+    """The chain moved under a read of the UTXO store: what it read may not be the block's
+    ancestors'."""
+
+
+def basis(base_hex: str | None, height: int | None) -> str:
+    """What a block's delta holds for: the chain's base and the block's height."""
+    return f"{base_hex}:{height}"
+
+
+@dataclass
+class Coins:
+    """Coins of the blocks this process prepared: outpoint → (element, satoshis, the block that
+    made it), bounded by memory in two generations (as `commitment.RecentCoins`)."""
+
+    max_coins: int = (64 << 20) // _ENTRY
+    _young: dict[Outpoint, tuple[int, int, bytes]] = field(default_factory=dict)
+    _old: dict[Outpoint, tuple[int, int, bytes]] = field(default_factory=dict)
+
+    def clear(self) -> None:
+        self._young, self._old = {}, {}
+
+    def get(self, op: Outpoint) -> tuple[int, int, bytes] | None:
+        c = self._young.get(op)
+        return c if c is not None else self._old.get(op)
+
+    def add(self, coins: dict[Outpoint, tuple[int, int, bytes]]) -> None:
+        half = max(self.max_coins // 2, 1)
+        if len(self._young) + len(coins) > half:
+            self._old, self._young = self._young, {}
+        self._young.update(coins)
+
+    def makers(self) -> set[bytes]:
+        return {c[2] for d in (self._young, self._old) for c in d.values()}
+
+    def keep_only(self, makers: set[bytes]) -> None:
+        """Forget the coins of every block but `makers`."""
+        for d in (self._young, self._old):
+            for op in [op for op, c in d.items() if c[2] not in makers]:
+                del d[op]
+
+
+class Preparer:
+    def __init__(
+        self,
+        state: StateStore,
+        utxo: UtxoStore,
+        genuine: Callable[[bytes], Block],
+        lease: Callable[[str, float], AbstractContextManager[bool]],
+        base: Callable[[], str | None],
+    ) -> None:
+        """`genuine(hash)` gives a block whose transactions match its header; `lease(name, ttl)`
+        holds a named lease while inside; `base()` is the chain's base (hex)."""
+        self.state = state
+        self.utxo = utxo
+        self.genuine = genuine
+        self.lease = lease
+        self.base = base
+        self.coins = Coins()
+        self._base: str | None = None
+        # blocks this process prepared (their coins kept), or found a coin missing for: not again
+        self._done: set[bytes] = set()
+        self._entries: dict[bytes, BlockEntry] = {}  # the last walk's blocks
+        self._applied: set[bytes] = set()  # blocks of kept coins found applied, in `_epoch`
+        self._epoch: str | None = None
+
+    def ahead(self, budget_s: float) -> int:
+        """Prepare the blocks above the tip that have no delta yet (see the module), for up to
+        `budget_s`; how many were made. Returns at once when another worker prepares, or
+        nothing is ahead. (One walk a call: a worker calls it for each block message it finds
+        the chain held for, and between them takes its other messages — helpers' units,
+        pruner runs — rather than wait here for the holder to move.)"""
+        deadline = time.monotonic() + budget_s
+        with self.lease(LEASE, max(30.0, 2 * budget_s)) as mine:
+            if not mine:
+                return 0
+            tip, best = self.state.tip(), self.state.best_candidate()
+            if tip is None or best is None or best.hash == tip.hash:
+                return 0
+            return self._walk(tip, self._path(tip, best), deadline)
+
+    def _walk(self, tip: BlockEntry, path: list[BlockEntry], deadline: float) -> int:
+        """Prepare the blocks of `path` (above `tip`) that need it; how many were made."""
+        if not path:
+            return 0
+        base, epoch = self.base(), self.state.get_meta(EPOCH)
+        if base != self._base:  # heights follow the base: every kept coin is stale
+            self.coins.clear()
+            self._done.clear()
+            self._base = base
+        if epoch != self._epoch:  # blocks left the chain: which kept coins are applied, again
+            self._applied.clear()
+            self._epoch = epoch
+        self._forget_off_chain(path)
+        on_path = {e.hash for e in path}
+        made = 0
+        for k, e in enumerate(path):
+            if time.monotonic() > deadline:
+                break
+            if e.hash in self._done:
+                continue
+            try:
+                delta = self._prepare(e, {tip.hash, *(p.hash for p in path[:k])}, on_path)
+            except _Moved:  # the chain moved under the read: the next walk tries again
+                continue
+            self._done.add(e.hash)
+            if delta is not None:
+                self.state.commit(deltas={e.hash: delta})
+                made += 1
+        return made
+
+    def _path(self, tip: BlockEntry, best: BlockEntry) -> list[BlockEntry]:
+        """The best chain's blocks above the tip, lowest first (at most AHEAD blocks and about
+        AHEAD_TXS transactions); none while the tip is not their fork point (a reorg is
+        pending) or one of them is not pending. Entries read before are taken again from
+        memory: a block's parent and size never change, and its height only with the base."""
+        up: list[BlockEntry] = []
+        b: BlockEntry | None = best
+        while b is not None and b.hash != tip.hash:
+            if b.status is not BlockStatus.PENDING or (up and len(up) > 4 * AHEAD):
+                return []
+            up.append(b)
+            b = self._entries.get(b.parent) or self.state.get_block(b.parent)
+        if b is None:
+            return []
+        up.reverse()
+        self._entries = {e.hash: e for e in up}
+        out: list[BlockEntry] = []
+        txs = 0
+        for e in up[:AHEAD]:
+            txs += e.n_txs
+            if out and txs > AHEAD_TXS:
+                break
+            out.append(e)
+        return out
+
+    def _forget_off_chain(self, path: list[BlockEntry]) -> None:
+        """Keep only the coins of blocks on the walk or applied (on the tip's chain)."""
+        on_path = {e.hash for e in path}
+        keep = set()
+        for maker in self.coins.makers():
+            if maker in on_path or maker in self._applied:
+                keep.add(maker)
+                continue
+            e = self.state.get_block(maker)
+            if e is not None and e.status is BlockStatus.APPLIED:  # (stays so until the epoch moves)
+                self._applied.add(maker)
+                keep.add(maker)
+        self.coins.keep_only(keep)
+        self._done &= keep
+
+    def _prepare(self, e: BlockEntry, below: set[bytes], on_path: set[bytes]) -> PreparedDelta | None:
+        """Block `e`'s delta (its coins kept for the blocks above it), or None when a coin it
+        spends could not be found as the module says. `below`: the walk's tip and its blocks
+        under `e` (kept coins of the walk's other blocks are not its ancestors'; the others kept
+        are applied)."""
+        block = self.genuine(e.hash)
+        assert e.height is not None
+        made = self._created(block, e)
+        self.coins.add(made)
+        spent: list[int] = []
+        sats = -sum(v for _el, v, _m in made.values())
+        read: list[Outpoint] = []
+        for op in commitment.outside_inputs(block):
+            c = self.coins.get(op)
+            if c is not None and (c[2] in below or c[2] not in on_path):
+                spent.append(c[0])
+                sats += c[1]
+            else:
+                read.append(op)
+        if read:
+            found = self._read(below, read)
+            if found is None:
+                return None
+            spent += found[0]
+            sats += found[1]
+        h = MuHash()
+        h.update_elements((el for el, _v, _m in made.values()), spent)
+        return PreparedDelta(basis(self._base, e.height), h.to_bytes(), len(made) - len(spent), -sats)
+
+    def _created(self, block: Block, e: BlockEntry) -> dict[Outpoint, tuple[int, int, bytes]]:
+        """The coins the block adds to the set (as `commitment.block_delta` counts them), each
+        with its element, satoshis and the block's hash."""
+        in_block = {t.txid for t in block.txs}
+        within = {(i.prev_txid, i.prev_vout) for t in block.txs if not t.is_coinbase
+                  for i in t.inputs if i.prev_txid in in_block}
+        ops: list[Outpoint] = []
+        datas: list[bytes] = []
+        values: list[int] = []
+        assert e.height is not None
+        for t in block.txs:
+            txid, cb = t.txid, t.is_coinbase
+            for vout, o in enumerate(t.outputs):
+                if is_data_carrier(o.satoshis, o.script) or (within and (txid, vout) in within):
+                    continue
+                ops.append((txid, vout))
+                datas.append(coin_bytes(txid, vout, e.height, cb, o.satoshis, o.script))
+                values.append(o.satoshis)
+        return {op: (el, v, e.hash) for op, el, v in zip(ops, elements(datas), values)}
+
+    def _read(self, below: set[bytes], ops: list[Outpoint]) -> tuple[list[int], int] | None:
+        """The elements and satoshis of coins read from the UTXO store (see the module), or
+        None when one is missing or made above the tip; _Moved when the chain moved off the
+        walk meanwhile (`below`: the walk's tip and blocks under the block: where the tip may
+        be)."""
+        epoch = self.state.get_meta(EPOCH)
+        tip = self.state.tip()
+        if tip is None or tip.hash not in below or tip.height is None:
+            raise _Moved()
+        infos = self.utxo.get_outputs(ops)
+        now = self.state.tip()
+        if self.state.get_meta(EPOCH) != epoch or now is None or now.hash not in below:
+            raise _Moved()
+        datas: list[bytes] = []
+        sats = 0
+        for op in ops:
+            info = infos.get(op)
+            if info is None or info.height is None or info.height > tip.height:
+                return None
+            datas.append(coin_bytes(op[0], op[1], info.height, info.coinbase, info.satoshis, info.script))
+            sats += info.satoshis
+        return elements(datas), sats
+
+
+def prepared_for(state: StateStore, e: BlockEntry, base_hex: str | None) -> PreparedDelta | None:
+    """The delta prepared for `e` if it holds for the chain as it is (its basis), else None."""
+    try:
+        d = state.get_delta(e.hash)
+    except StorageError as err:  # only a saving: the holder computes it
+        log.warning("block %s: its prepared delta could not be read (%s)", e.hash[::-1].hex(), err)
+        return None
+    return d if d is not None and d.basis == basis(base_hex, e.height) else None
