@@ -105,6 +105,7 @@ class BlockApplier(Conflicts):
     _planned: tuple[Block, dict[bytes, Standing]] | None = None
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     delta: commitment.Delta | None = None  # the last applied block's change to the confirmed set
+    took_prepared: bool = False  # the last applied block's delta was a prepared one (workers.prepare)
     # the coins of the blocks applied last (the sequencer clears it where the chain breaks off)
     coins: commitment.RecentCoins = dataclasses.field(default_factory=commitment.RecentCoins)
 
@@ -135,17 +136,17 @@ class BlockApplier(Conflicts):
         created = {bytes.fromhex(h) for h in undo["created"]}
         ctx = {"height": height, "block_id": block_id}
         self.delta = None
-        inputs: list[commitment.Outpoint] = []
-        known: dict[commitment.Outpoint, commitment.Coin] = {}
-        spent: dict[commitment.Outpoint, OutputInfo] = {}
         with self._noting(undo, save):
             try:
                 with metrics.phase("check", self.timings):
                     conflicting = self.check_known(block, created)
-                    if prepared is None:  # the coins it spends, for its commitment delta
-                        inputs = commitment.outside_inputs(block)
-                        known, missing = self.coins.take(inputs)
-                        spent = self.utxo.get_outputs(missing) if missing else {}
+                    # the coins it spends, for its commitment delta (they leave the recent
+                    # coins whoever computes it: a coin a block spends is gone)
+                    inputs = commitment.outside_inputs(block)
+                    known, missing = self.coins.take(inputs)
+                    spent: dict[commitment.Outpoint, OutputInfo] = {}
+                    if missing and prepared is None:
+                        spent = self.utxo.get_outputs(missing)
                 with metrics.phase("create", self.timings):
                     made = self.create_phase(block, created, ctx)
                 with metrics.phase("reclaim", self.timings):
@@ -159,6 +160,10 @@ class BlockApplier(Conflicts):
         with metrics.phase("mine", self.timings):
             self.mine_phase(block, ctx, made)
         with metrics.phase("commit", self.timings):
+            if prepared is not None and skipped:  # inputs skipped as missing: the preparer may
+                prepared = None  # have found their coins before their records were pruned
+                spent = self.utxo.get_outputs(missing) if missing else {}
+            self.took_prepared = prepared is not None
             if prepared is None:
                 self.delta, coins = commitment.block_delta(block, height, inputs, spent, known)
                 self.coins.add(coins)

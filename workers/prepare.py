@@ -14,16 +14,20 @@ Invariants:
   delta only ever saves work: one lost or never made changes nothing but speed.
 - The preparer walks the best chain upward from the tip, lowest first, only while the tip is
   the fork point (no reorg pending), at most AHEAD_TXS transactions (and AHEAD blocks) above
-  it, one preparer at a time (the `prepare` lease); it keeps walking as the holder moves the
-  tip, until its time budget is spent or nothing is left ahead.
+  it, one preparer at a time (the `prepare` lease), once for each block message a worker finds
+  the chain held for.
 - A spent coin comes from the coins of the blocks this process prepared (kept with their
-  elements, each with the block that made it, used only when that block is below it on the
-  walk or applied), else from the UTXO store — read between two looks at the chain that find
-  the same epoch (nothing taken off the chain meanwhile: `Sequencer` bumps it before any such
-  change) and the tip an ancestor of the block, and taken only at or below the first look's
-  tip, so that every height read is an ancestor's (above it, the store may already hold blocks
-  the state store does not show yet). A coin found in neither makes no delta (the holder finds
-  out why: a missing input, a block to refuse).
+  elements, each with the block that made it), used only when that block is below it on the
+  walk or applied at or below the walk's tip, both seen in one epoch (so an ancestor: heights
+  never change but with the base, and a change of base forgets every kept coin). Else from the
+  UTXO store, read between two looks at the chain that find the same epoch (nothing taken off
+  the chain meanwhile: `Sequencer` bumps it before any such change) and the tip an ancestor of
+  the block, and taken only at or below the first look's tip, so that every height read is an
+  ancestor's (above it, the store may already hold blocks the state store does not show yet).
+  A coin found in neither makes no delta (the holder finds out why: a missing input, a block
+  to refuse).
+- The holder takes no delta for a block some of whose inputs it skipped as missing (missing
+  inputs allowed): the preparer may have found those coins before their records were pruned.
 """
 
 from __future__ import annotations
@@ -115,7 +119,7 @@ class Preparer:
         # blocks this process prepared (their coins kept), or found a coin missing for: not again
         self._done: set[bytes] = set()
         self._entries: dict[bytes, BlockEntry] = {}  # the last walk's blocks
-        self._applied: set[bytes] = set()  # blocks of kept coins found applied, in `_epoch`
+        self._applied: dict[bytes, int] = {}  # makers of kept coins found applied in `_epoch`: heights
         self._epoch: str | None = None
 
     def ahead(self, budget_s: float) -> int:
@@ -128,24 +132,28 @@ class Preparer:
         with self.lease(LEASE, max(30.0, 2 * budget_s)) as mine:
             if not mine:
                 return 0
+            epoch, base = self.state.get_meta(EPOCH), self.base()
+            if base != self._base:  # heights follow the base: every kept coin and entry is stale
+                self.coins.clear()
+                self._done.clear()
+                self._entries.clear()
+                self._base = base
+            if epoch != self._epoch:  # blocks left the chain: which makers are applied, again
+                self._applied.clear()
+                self._epoch = epoch
             tip, best = self.state.tip(), self.state.best_candidate()
-            if tip is None or best is None or best.hash == tip.hash:
+            if tip is None or best is None or best.hash == tip.hash or tip.height is None:
                 return 0
-            return self._walk(tip, self._path(tip, best), deadline)
+            path = self._path(tip, best)
+            if not path:
+                return 0
+            self._forget_off_chain(path, tip.height)
+            if self.state.get_meta(EPOCH) != epoch or self.base() != base:
+                return 0  # the chain moved while the walk was being laid out: the next one
+            return self._walk(tip, path, deadline)
 
     def _walk(self, tip: BlockEntry, path: list[BlockEntry], deadline: float) -> int:
         """Prepare the blocks of `path` (above `tip`) that need it; how many were made."""
-        if not path:
-            return 0
-        base, epoch = self.base(), self.state.get_meta(EPOCH)
-        if base != self._base:  # heights follow the base: every kept coin is stale
-            self.coins.clear()
-            self._done.clear()
-            self._base = base
-        if epoch != self._epoch:  # blocks left the chain: which kept coins are applied, again
-            self._applied.clear()
-            self._epoch = epoch
-        self._forget_off_chain(path)
         on_path = {e.hash for e in path}
         made = 0
         for k, e in enumerate(path):
@@ -188,17 +196,20 @@ class Preparer:
             out.append(e)
         return out
 
-    def _forget_off_chain(self, path: list[BlockEntry]) -> None:
-        """Keep only the coins of blocks on the walk or applied (on the tip's chain)."""
+    def _forget_off_chain(self, path: list[BlockEntry], tip_height: int) -> None:
+        """Keep only the coins of the walk's blocks and of the tip's ancestors: blocks applied
+        at or below the tip's height, in the epoch the walk began in (`ahead` checks it did not
+        move: then the applied blocks form one chain that only grew, through the tip). A block
+        applied above the tip's height may be another branch's, applied meanwhile."""
         on_path = {e.hash for e in path}
         keep = set()
         for maker in self.coins.makers():
-            if maker in on_path or maker in self._applied:
-                keep.add(maker)
-                continue
-            e = self.state.get_block(maker)
-            if e is not None and e.status is BlockStatus.APPLIED:  # (stays so until the epoch moves)
-                self._applied.add(maker)
+            height = self._applied.get(maker)
+            if height is None and maker not in on_path:
+                e = self.state.get_block(maker)
+                if e is not None and e.status is BlockStatus.APPLIED and e.height is not None:
+                    height = self._applied[maker] = e.height  # (applied in this epoch: stays so)
+            if maker in on_path or (height is not None and height <= tip_height):
                 keep.add(maker)
         self.coins.keep_only(keep)
         self._done &= keep

@@ -375,7 +375,7 @@ class Sequencer:
         self._last = (e.hash, e.height, made)
         seconds = time.perf_counter() - t0
         batch.add(Applied(e, undo, counts, seconds, len(block.txs), self.applier.timings, made,
-                          prepared=prepared is not None))
+                          prepared=self.applier.took_prepared))
         return True
 
     def _parent_commitment(self, e: BlockEntry) -> Commitment:

@@ -153,9 +153,9 @@ class StateStore(Protocol):
     ) -> None:
         """All of these in one transaction: block entries changed, the tip moved (None: no
         tip), undo records written (None: deleted), meta values set (None: removed), the
-        undo records of applied blocks at or below `prune_undo_below` deleted (and their
-        prepared deltas), blocks' commitments written (replacing what a block had), and
-        prepared deltas written (replacing) or deleted (None)."""
+        undo records of applied blocks at or below `prune_undo_below` deleted (and the
+        prepared deltas of every block there), blocks' commitments written (replacing what a
+        block had), and prepared deltas written (replacing) or deleted (None)."""
 
     def get_commitment(self, hash: bytes) -> Commitment | None:
         """The commitment the block was last applied with (kept when it leaves the chain)."""

@@ -282,9 +282,12 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable):
             for key, value in meta.items():
                 self._set_meta(cur, key, value)
             if prune_undo_below is not None:
-                for table in ("undo", "deltas"):
-                    cur.execute(q(f"DELETE FROM {table} WHERE hash IN (SELECT hash FROM blocks "
-                                  "WHERE status = 'applied' AND height <= ?)"), (prune_undo_below,))
+                cur.execute(q("DELETE FROM undo WHERE hash IN (SELECT hash FROM blocks "
+                              "WHERE status = 'applied' AND height <= ?)"), (prune_undo_below,))
+                # prepared deltas of any block down there: none will be applied (a reorg that
+                # deep is refused), whether it is applied, a side branch's or refused
+                cur.execute(q("DELETE FROM deltas WHERE hash IN (SELECT hash FROM blocks WHERE height <= ?)"),
+                            (prune_undo_below,))
             if commitments:  # (an upsert: two writers of one block's value never collide)
                 cur.executemany(
                     q("INSERT INTO commitments (hash, muhash, utxos, satoshis) VALUES (?, ?, ?, ?) "

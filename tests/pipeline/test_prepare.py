@@ -13,16 +13,19 @@ from pathlib import Path
 import pytest
 
 from bench.chaingen import generate
-from chain import parse_block
+from chain import TxIn, parse_block
+from chain.build import build_block, build_tx, coinbase_tx, spend_input
 from chain.muhash import MuHash
 from stores.blob import open_blob_store
 from stores.state import BlockStatus, PreparedDelta, open_state_store
 from stores.utxo import open_utxo_store
 from tests.pipeline.chains import commitment_model, spend
 from tests.pipeline.world import World
+from workers import commitment
 from workers.commitment import muhash_hex
-from workers.prepare import EPOCH, basis
-from workers.sequencer import ChainBusy, Sequencer
+from workers.demochain import block_hash
+from workers.prepare import EPOCH, Preparer, basis
+from workers.sequencer import ChainBusy, Sequencer, Unfinished
 
 
 @pytest.fixture
@@ -191,3 +194,134 @@ def test_deltas_prepared_on_a_branch_that_a_reorg_leaves_and_takes_again(
     for blk in first.blocks[fork + 1 :]:
         e = seq.state.get_block(parse_block(blk).hash)
         assert e is not None and e.status is BlockStatus.APPLIED
+
+
+def _idx(s: Sequencer, raw: bytes) -> None:
+    s.store_block(raw)
+    assert s.accept(parse_block(raw)) is not None
+
+
+def _matches_the_store(seq: Sequencer) -> None:
+    """The tip's commitment is the store's confirmed set's, computed afresh."""
+    tip = seq.state.tip()
+    assert tip is not None
+    stored = seq.state.get_commitment(tip.hash)
+    fresh = commitment.of_utxos(seq.utxo.iter_utxos(confirmed=True))
+    assert stored is not None and (muhash_hex(stored), stored.utxos, stored.satoshis) == (
+        muhash_hex(fresh), fresh.utxos, fresh.satoshis)
+
+
+def test_a_walk_laid_out_while_the_holder_switches_branches_keeps_no_coin_of_the_other(
+    seq: Sequencer, other: Sequencer
+) -> None:
+    """t is mined at 1003 on branch S (prepared first, its coins kept) and at 1002 on branch T.
+    While the preparer lays out its walk over T's blocks, the holder switches to S (applying
+    S's blocks above the walk's tip): S's block is applied, but it is no ancestor of the walk's
+    blocks, and its coins (hashed at 1003) must not stand in for t's at 1002."""
+    w = World(seq)
+    fork = len(w.chain.blocks) - 1
+    t = spend((w.funds[1], 0), n_outputs=2)
+    main = w.chain
+    s = main.fork(fork)
+    s.add([spend((w.funds[2], 0))])  # S1 at 1002
+    s.add([t])  # S2 at 1003: t
+    for raw in s.blocks[fork + 1 :]:
+        _idx(other, raw)
+    assert other.prepare_ahead(30) == 2  # S's blocks, t's coins kept at 1003
+    main.add([t])  # T1 at 1002: t
+    main.add([spend((t, 0))])  # P1 at 1003 spends t's coin
+    main.add([spend((w.funds[3], 0))])  # P2 at 1004: T is the heavier now
+    for raw in main.blocks[fork + 1 :]:
+        _idx(other, raw)
+    t1 = parse_block(main.blocks[fork + 1]).hash
+    while seq.state.tip().hash != t1:  # type: ignore[union-attr]
+        try:
+            seq.advance(budget_s=0)
+        except Unfinished:
+            pass
+    real = Preparer._forget_off_chain
+
+    def racing(self: Preparer, path: list, tip_height: int) -> None:
+        Preparer._forget_off_chain = real  # type: ignore[method-assign]
+        s.add([spend((w.funds[4], 0))])  # S grows heavier: the holder reorgs to it now
+        s.add([spend((w.funds[5], 0))])
+        for raw in s.blocks[-2:]:
+            _idx(seq, raw)
+        _advance(seq)
+        assert seq.state.tip().hash == s.parent  # type: ignore[union-attr]
+        real(self, path, tip_height)
+
+    Preparer._forget_off_chain = racing  # type: ignore[method-assign]
+    try:
+        other.prepare_ahead(30)
+    finally:
+        Preparer._forget_off_chain = real  # type: ignore[method-assign]
+    main.add([spend((w.funds[6], 0))])  # and T again, heavier: P1 is applied, with its delta if any
+    main.add([spend((w.funds[7], 0))])
+    for raw in main.blocks[-2:]:
+        _idx(seq, raw)
+    other.prepare_ahead(30)
+    _advance(seq)
+    assert seq.state.tip().hash == main.parent  # type: ignore[union-attr]
+    w.check()
+    _matches_the_store(seq)
+
+
+def test_a_rebase_leaves_no_height_of_the_old_base_in_the_preparer(
+    urls: tuple[str, str], tmp_path: Path
+) -> None:
+    """Blocks that state no height: the first is the base at 0; the preparer prepares the next at
+    height 1; a block arrives below the base (a rebase: every height one more). A block
+    spending the second's output is prepared afterwards: nothing of height 1 may be used."""
+    blobs = f"file://{tmp_path}/blobs"
+
+    def make() -> Sequencer:
+        return Sequencer(open_utxo_store(urls[0], blob_url=blobs), open_state_store(urls[1]),
+                         open_blob_store(blobs), allow_missing_inputs=True)
+
+    seq, other = make(), make()
+    try:
+        tags = iter(range(1000, 10**6))
+
+        def script() -> bytes:
+            return b"\x51\x04" + next(tags).to_bytes(4, "big")
+
+        def block(prev: bytes, txs: list, t: int) -> bytes:  # version 1: no BIP34 height
+            cb = coinbase_tx(0, [(50 * 10**8, script())], tag=next(tags).to_bytes(4, "big"))
+            return build_block(prev, [cb, *txs], timestamp=1_700_000_000 + t, version=1)
+
+        x0 = block(b"\x77" * 32, [], 0)
+        x1 = block(block_hash(x0), [], 1)
+        t2 = build_tx([TxIn(b"\x66" * 32, 0, b"\x51", 0xFFFFFFFF)], [(10**6, script())])  # (missing input)
+        x2 = block(block_hash(x1), [t2], 2)
+        x3 = block(block_hash(x2), [build_tx([spend_input(t2, 0)], [(10**6 - 1000, script())])], 3)
+        _idx(seq, x1)
+        _idx(seq, x2)
+        while True:  # x1 applied, the base at height 0
+            try:
+                seq.advance(budget_s=0)
+            except Unfinished:
+                pass
+            if seq.state.tip() is not None:
+                break
+        other.prepare_ahead(30)  # x2 at height 1: no delta (its input is missing), its coins kept
+        assert other._preparer is not None and block_hash(x2) in other._preparer.coins.makers()
+        _idx(seq, x0)  # below the base: a rebase (x1 at 1, x2 at 2), carried out up to x1 only
+        for _ in range(20):
+            try:
+                seq.advance(budget_s=0)
+            except Unfinished:
+                pass
+            tip = seq.state.tip()
+            if tip is not None and tip.hash == block_hash(x1):
+                break
+        assert seq.state.get_block(block_hash(x2)).height == 2  # type: ignore[union-attr]
+        _idx(seq, x3)
+        other.prepare_ahead(30)
+        _advance(seq)
+        assert seq.state.tip().hash == block_hash(x3)  # type: ignore[union-attr]
+        _matches_the_store(seq)
+    finally:
+        for s in (seq, other):
+            s.utxo.close()
+            s.state.close()

@@ -344,8 +344,8 @@ def test_commit_is_all_or_nothing(state: StateStore) -> None:
 
 def test_prepared_deltas_are_written_replaced_and_deleted_by_commit(state: StateStore) -> None:
     """A prepared delta round-trips whole (negative changes, 384 bytes), a second write replaces
-    it, None deletes it, and it goes with the undo records of applied blocks pruned below a
-    height — all within `commit`'s one transaction."""
+    it, None deletes it, and it goes, whatever its block's status, when undo records are pruned
+    below its block's height — all within `commit`'s one transaction."""
     from stores.state import BlockChange, PreparedDelta
 
     d1 = PreparedDelta("aa" * 32 + ":7", bytes(range(256)) + bytes(128), -3, -(2**40))
@@ -362,8 +362,12 @@ def test_prepared_deltas_are_written_replaced_and_deleted_by_commit(state: State
     with pytest.raises(StorageError):  # all or nothing: the delta goes back with the bad change
         state.commit(blocks=[BlockChange(h("nope"), status=A)], deltas={h("b"): None})
     assert state.get_delta(h("b")) == d2
+    add(state, "s", status=S, height=1)  # a side branch's block down there: its delta goes too
+    add(state, "t", status=P, height=2)  # above: stays
+    state.commit(deltas={h("s"): d1, h("t"): d1})
     state.commit(blocks=[BlockChange(h("b"), status=A)], prune_undo_below=1)
-    assert state.get_delta(h("b")) is None and state.get_delta(h("c")) == d1  # (c is in no block)
+    assert state.get_delta(h("b")) is None and state.get_delta(h("s")) is None
+    assert state.get_delta(h("c")) == d1 and state.get_delta(h("t")) == d1  # (c is in no block)
 
 
 def test_demote_pending(state: StateStore) -> None:
