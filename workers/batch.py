@@ -47,6 +47,7 @@ class Applied:
     phases: dict[str, float]  # seconds of each phase of applying it (workers.ops.metrics.phase)
     commitment: Commitment  # the confirmed set as it leaves it (workers.commitment)
     prepared: bool = False  # its commitment delta was prepared by another worker (workers.prepare)
+    had_delta: bool = False  # a prepared delta was stored for it (taken or not): it goes with the commit
 
 
 class Batch:

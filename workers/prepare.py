@@ -287,11 +287,14 @@ class Preparer:
         return elements(datas), sats
 
 
-def prepared_for(state: StateStore, e: BlockEntry, base_hex: str | None) -> PreparedDelta | None:
-    """The delta prepared for `e` if it holds for the chain as it is (its basis), else None."""
+def prepared_for(
+    state: StateStore, e: BlockEntry, base_hex: str | None
+) -> tuple[PreparedDelta | None, PreparedDelta | None]:
+    """(the delta stored for `e`, if any; it again if it holds for the chain as it is — its
+    basis — else None)."""
     try:
         d = state.get_delta(e.hash)
     except StorageError as err:  # only a saving: the holder computes it
         log.warning("block %s: its prepared delta could not be read (%s)", e.hash[::-1].hex(), err)
-        return None
-    return d if d is not None and d.basis == basis(base_hex, e.height) else None
+        return None, None
+    return d, (d if d is not None and d.basis == basis(base_hex, e.height) else None)

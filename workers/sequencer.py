@@ -139,6 +139,7 @@ class Sequencer:
         # applier's recent coins, at any break: see `_parent_commitment`
         self._last: tuple[bytes, int, Commitment] | None = None
         self._preparer: Preparer | None = None
+        self._pass_base: str | None = None  # the chain's base during this pass (`_pass`)
 
     def prepare_ahead(self, budget_s: float) -> int:
         """Prepare blocks above the tip for the chain's holder (`workers.prepare`): for a worker
@@ -239,6 +240,7 @@ class Sequencer:
         """Under the lease: finish what a dead worker left, rebase, then apply the best chain."""
         self._take_back_unfinished()
         self._rebase(check_budget)
+        self._pass_base = self._base()  # (only this holder changes it, by a rebase: done above)
         while True:
             best = self.state.best_candidate()
             tip = self.state.tip()
@@ -357,7 +359,7 @@ class Sequencer:
         # batch's transaction, which a crash leaves unwritten whole (the `applying` mark's
         # take-back then finds nothing to undo)
         fused = self.utxo.fused() if self.fuse else nullcontext()
-        prepared = prepared_for(self.state, e, self._base())
+        found, prepared = prepared_for(self.state, e, self._pass_base)
         try:
             with fused:
                 counts = self.applier.apply(
@@ -375,7 +377,7 @@ class Sequencer:
         self._last = (e.hash, e.height, made)
         seconds = time.perf_counter() - t0
         batch.add(Applied(e, undo, counts, seconds, len(block.txs), self.applier.timings, made,
-                          prepared=self.applier.took_prepared))
+                          prepared=self.applier.took_prepared, had_delta=found is not None))
         return True
 
     def _parent_commitment(self, e: BlockEntry) -> Commitment:
@@ -430,7 +432,7 @@ class Sequencer:
             meta={APPLYING: mark(still or [])},
             prune_undo_below=None if keep else last.height - self.retention,
             commitments={a.entry.hash: a.commitment for a in done},
-            deltas={a.entry.hash: None for a in done},  # (taken, or computed here: not needed again)
+            deltas={a.entry.hash: None for a in done if a.had_delta},  # (not needed again)
         )
         for a in done:
             self._settled.add(a.entry.hash)

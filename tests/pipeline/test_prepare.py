@@ -69,9 +69,13 @@ def test_prepared_deltas_give_every_block_the_models_commitment_in_any_interleav
     rng = random.Random(17)
     blocks = [parse_block(raw) for raw in chain.raws]
     taken = made = 0
-    i = 0
+    i = chain.setup - 2  # the coinbases maturing, applied at once: nothing there to prepare
+    for raw, b in zip(chain.raws[:i], blocks[:i]):
+        other.store_block(raw)
+        assert other.accept(b) is not None
+    _advance(seq)
     while i < len(blocks):
-        n = rng.randrange(1, 6)
+        n = rng.randrange(1, 4)
         for raw, b in zip(chain.raws[i : i + n], blocks[i : i + n]):  # a few more arrive, indexed
             other.store_block(raw)
             assert other.accept(b) is not None
@@ -88,7 +92,7 @@ def test_prepared_deltas_give_every_block_the_models_commitment_in_any_interleav
     assert tip is not None and tip.hash == chain.tip_hash
     txs = [parse_block(raw).txs for raw in chain.raws]
     _check_every_commitment(seq, txs, 1)
-    assert made >= 20 and taken >= 10  # most blocks were prepared ahead and taken … none left
+    assert made >= 4 and taken >= 3  # blocks were prepared ahead and taken … and none is left
     print(f"deltas made {made}, taken {taken} of {len(blocks)} blocks")
     assert all(seq.state.get_delta(b.hash) is None for b in blocks)
 

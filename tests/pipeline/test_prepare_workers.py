@@ -53,7 +53,7 @@ def check_commitments(pipeline: Pipeline, chain: Chain, funds: list[Tx]) -> None
 
 @pytest.mark.timeout(180)
 def test_a_worker_killed_while_it_prepares_blocks_ahead_leaves_the_chain_right(pipeline: Pipeline) -> None:
-    chain, funds = chain_of(pipeline, 10, 3_000)
+    chain, funds = chain_of(pipeline, 8, 2_000)
     pipeline.start_worker("w1")
     pipeline.start_worker("w2")
     enqueue = pipeline.enqueue_start("block", chain.blocks)
