@@ -6,7 +6,10 @@ and a plain SQLite UTXO table, all in the same run.
                              [--txs-per-block N] [--redis URL] [--prune]
 
 The chain starts from a UTXO snapshot (so its first block has outputs to spend); every block
-holds one coinbase and N 2-in/2-out transactions spending the previous block's outputs.
+holds one coinbase and N 2-in/2-out transactions spending the previous block's outputs. That is
+a narrower path than a user's: every spend finds its parent among the records just written (hot
+in every cache). `python -m bench.scaleout` is the user's path: a chain from genesis whose
+spends reach across the whole set, by worker count.
 - `tx_per_s`: from the start of `utxo enqueue block chain.hex` to the return of `utxo wait`,
   with N workers (fresh stores, the snapshot imported untimed).
 - `store_only_tx_per_s`: the same blocks through a `Sequencer` in this process (fresh stores).
