@@ -46,6 +46,8 @@ import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -223,6 +225,38 @@ class Piped:
     parsed_pairs: int  # distinct (worker, block) pairs parsed
 
 
+@contextmanager
+def running_workers(
+    env: dict[str, str], cwd: Path, logs: list[Path], name: str, *options: str
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """One `utxo worker` per log file (named `{name}{i}`, its output in the file), entered once
+    every one says it is ready (one that exits first, or none ready within 120 s, ends the bench
+    with the logs' place); on leaving, SIGTERM to each (a warm shutdown), and one still there
+    after 60 s is killed."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for i, path in enumerate(logs):
+            with open(path, "wb") as out:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "workers.cli", "worker", "-n", f"{name}{i}@%h", *options,
+                     "-l", "INFO"],
+                    env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + 120
+        while not all(b"ready" in p.read_bytes() for p in logs):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise SystemExit(f"bench: the workers did not start (logs in {cwd})")
+            time.sleep(0.1)
+        yield procs
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
 def through_workers(
     urls: dict[str, str], raws: list[bytes], workers: int, tmp: Path, redis_url: str,
     extra_env: dict[str, str] | None = None,
@@ -238,27 +272,19 @@ def through_workers(
     chain_file = tmp / "chain.hex"
     chain_file.write_text("".join(raw.hex() + "\n" for raw in raws))
     utxo = [sys.executable, "-m", "workers.cli"]
-    procs, logs = [], []
-    for i in range(workers):
-        logs.append(tmp / f"{urls['tag']}-worker{i}.log")
-        with open(logs[-1], "wb") as out:
-            procs.append(subprocess.Popen([*utxo, "worker", "-n", f"bench{i}@%h", "-l", "INFO"],
-                                          env=env, cwd=tmp, stdout=out, stderr=subprocess.STDOUT))
+    logs = [tmp / f"{urls['tag']}-worker{i}.log" for i in range(workers)]
     try:
-        deadline = time.monotonic() + 120
-        while not all(b"ready" in p.read_bytes() for p in logs):
-            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                raise SystemExit(f"bench: the workers did not start (logs in {tmp})")
-            time.sleep(0.1)
-        cpu0 = sum(cpu_s(p.pid) for p in procs)
-        t0 = time.perf_counter()
-        for args in (["enqueue", "block", str(chain_file)], ["wait", "--timeout", "3600"]):
-            r = subprocess.run([*utxo, *args], env=env, cwd=tmp, capture_output=True, text=True)
-            if r.returncode != 0:
-                raise SystemExit(f"bench: utxo {args[0]} failed: {r.stderr.strip()[-500:]} (logs in {tmp})")
-        elapsed = time.perf_counter() - t0
-        cpu = sum(cpu_s(p.pid) for p in procs) - cpu0
-        peak = max(rss_mb(p.pid) for p in procs)
+        with running_workers(env, tmp, logs, "bench") as procs:
+            cpu0 = sum(cpu_s(p.pid) for p in procs)
+            t0 = time.perf_counter()
+            for args in (["enqueue", "block", str(chain_file)], ["wait", "--timeout", "3600"]):
+                r = subprocess.run([*utxo, *args], env=env, cwd=tmp, capture_output=True, text=True)
+                if r.returncode != 0:
+                    why = r.stderr.strip()[-500:]
+                    raise SystemExit(f"bench: utxo {args[0]} failed: {why} (logs in {tmp})")
+            elapsed = time.perf_counter() - t0
+            cpu = sum(cpu_s(p.pid) for p in procs) - cpu0
+            peak = max(rss_mb(p.pid) for p in procs)
         state = open_state_store(urls["state"])
         try:
             tip = state.tip()
@@ -267,13 +293,6 @@ def through_workers(
         if tip is None or tip.height != SNAPSHOT_HEIGHT + len(raws):
             raise SystemExit(f"bench: utxo wait returned with the tip at {tip} (logs in {tmp})")
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
         claimed.release()
     parsed = [re.findall(r"parsed block ([0-9a-f]{64})", p.read_text(errors="replace")) for p in logs]
     pairs = sum(len(set(x)) for x in parsed)

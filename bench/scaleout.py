@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -48,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.chaingen import Chain, generate
-from bench.pipeline import ROOT, cpu_s, rss_mb
+from bench.pipeline import ROOT, cpu_s, rss_mb, running_workers
 from bench.store import database, log
 from workers.localredis import claim_database
 
@@ -160,51 +159,34 @@ def run_once(
             **os.environ, "PYTHONPATH": str(ROOT), "UTXO_STORE_URL": urls["store"],
             "UTXO_STATE_URL": urls["state"], "UTXO_BLOB_URL": urls["blobs"], "UTXO_BROKER_URL": claimed.url,
         }
-        procs, logs = [], []
+        logs = [tmp / f"{tag}-worker{i}.log" for i in range(n_workers)]
         try:
-            for i in range(n_workers):
-                logs.append(tmp / f"{tag}-worker{i}.log")
-                with open(logs[-1], "wb") as out:
-                    procs.append(subprocess.Popen(
-                        [*UTXO, "worker", "-n", f"scale{i}@%h", "-c", str(args.concurrency), "-l", "INFO"],
-                        env=env, cwd=tmp, stdout=out, stderr=subprocess.STDOUT))
-            deadline = time.monotonic() + 120
-            while not all(b"ready" in p.read_bytes() for p in logs):
-                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                    raise SystemExit(f"bench: the workers did not start (logs in {tmp})")
-                time.sleep(0.1)
-            phases: dict[str, float] = {}
-            if args.flow == "mempool":  # the setup blocks first, untimed
-                _cli(env, tmp, "enqueue", "block", str(files["setup"]))
-                _cli(env, tmp, "wait", "--timeout", str(STAGE_TIMEOUT_S))
-            cpu0, host0 = sum(cpu_s(p.pid) for p in procs), host_cpu_s()
-            t0 = time.perf_counter()
-            if args.flow == "mempool":
-                _cli(env, tmp, "enqueue", "tx", str(files["txs"]))
-                _cli(env, tmp, "wait", "--timeout", str(STAGE_TIMEOUT_S))
-                t1 = time.perf_counter()
-                _cli(env, tmp, "enqueue", "block", str(files["main"]))
-                _cli(env, tmp, "wait", "--timeout", str(STAGE_TIMEOUT_S))
-                txs = chain.n_txs - chain.setup_txs
-                phases = {"tx_phase": t1 - t0, "tx_phase_txs": len(chain.tx_raws),
-                          "block_phase": time.perf_counter() - t1, "block_phase_txs": txs}
-            else:
-                _cli(env, tmp, "enqueue", "block", str(files["chain"]))
-                _cli(env, tmp, "wait", "--timeout", str(STAGE_TIMEOUT_S))
-                txs = chain.n_txs
-            elapsed = time.perf_counter() - t0
-            cpu, host = sum(cpu_s(p.pid) for p in procs) - cpu0, host_cpu_s() - host0
-            peak = max(rss_mb(p.pid) for p in procs)
-            verdict = check(chain, env, tmp)
-            quarters = quarter_rates(chain, logs) if args.flow == "blocks" else []
+            with running_workers(env, tmp, logs, "scale", "-c", str(args.concurrency)) as procs:
+                phases: dict[str, float] = {}
+                if args.flow == "mempool":  # the setup blocks first, untimed
+                    _cli(env, tmp, "enqueue", "block", str(files["setup"]))
+                    _cli(env, tmp, "wait", "--timeout", str(STAGE_TIMEOUT_S))
+                cpu0, host0 = sum(cpu_s(p.pid) for p in procs), host_cpu_s()
+                t0 = time.perf_counter()
+                if args.flow == "mempool":
+                    _cli(env, tmp, "enqueue", "tx", str(files["txs"]))
+                    _cli(env, tmp, "wait", "--timeout", str(STAGE_TIMEOUT_S))
+                    t1 = time.perf_counter()
+                    _cli(env, tmp, "enqueue", "block", str(files["main"]))
+                    _cli(env, tmp, "wait", "--timeout", str(STAGE_TIMEOUT_S))
+                    txs = chain.n_txs - chain.setup_txs
+                    phases = {"tx_phase": t1 - t0, "tx_phase_txs": len(chain.tx_raws),
+                              "block_phase": time.perf_counter() - t1, "block_phase_txs": txs}
+                else:
+                    _cli(env, tmp, "enqueue", "block", str(files["chain"]))
+                    _cli(env, tmp, "wait", "--timeout", str(STAGE_TIMEOUT_S))
+                    txs = chain.n_txs
+                elapsed = time.perf_counter() - t0
+                cpu, host = sum(cpu_s(p.pid) for p in procs) - cpu0, host_cpu_s() - host0
+                peak = max(rss_mb(p.pid) for p in procs)
+                verdict = check(chain, env, tmp)
+                quarters = quarter_rates(chain, logs) if args.flow == "blocks" else []
         finally:
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
             claimed.release()
     return Run(n_workers, elapsed, txs, cpu, host, peak, phases, verdict, quarters)
 

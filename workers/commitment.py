@@ -108,13 +108,9 @@ class RecentCoins:
         self._young.update(coins)
 
 
-def block_delta(
-    block: Block, height: int, inputs: Iterable[Outpoint], spent: Mapping[Outpoint, OutputInfo],
-    known: Mapping[Outpoint, Coin] = {},
-) -> tuple[Delta, dict[Outpoint, Coin]]:
-    """The block's change to the set, and the coins it created (by outpoint). `inputs`: its
-    `outside_inputs`, whose coins are `known` or as the store has them in `spent`; an input in
-    neither spends nothing of the set."""
+def created_coins(block: Block, height: int) -> dict[Outpoint, Coin]:
+    """The coins the block adds to the set, in block order: every output but data carriers and
+    those a later transaction of the same block spends (they never enter the set)."""
     in_block = {t.txid for t in block.txs}
     within = {
         (i.prev_txid, i.prev_vout) for t in block.txs if not t.is_coinbase
@@ -131,8 +127,18 @@ def block_delta(
             ops.append((txid, vout))
             datas.append(coin_bytes(txid, vout, height, cb, o.satoshis, o.script))
             values.append(o.satoshis)
-    made = dict(zip(ops, zip(elements(datas), values)))
-    n, sats = len(made), sum(values)
+    return dict(zip(ops, zip(elements(datas), values)))
+
+
+def block_delta(
+    block: Block, height: int, inputs: Iterable[Outpoint], spent: Mapping[Outpoint, OutputInfo],
+    known: Mapping[Outpoint, Coin] = {},
+) -> tuple[Delta, dict[Outpoint, Coin]]:
+    """The block's change to the set, and the coins it created (by outpoint). `inputs`: its
+    `outside_inputs`, whose coins are `known` or as the store has them in `spent`; an input in
+    neither spends nothing of the set."""
+    made = created_coins(block, height)
+    n, sats = len(made), sum(v for _e, v in made.values())
     out: list[int] = []
     read: list[bytes] = []
     for op in inputs:

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
-from chain import Block, is_data_carrier
+from chain import Block
 from chain.muhash import MuHash, coin_bytes, elements
 from stores.errors import StorageError
 from stores.state import BlockEntry, BlockStatus, PreparedDelta, StateStore
@@ -246,22 +246,8 @@ class Preparer:
     def _created(self, block: Block, e: BlockEntry) -> dict[Outpoint, tuple[int, int, bytes]]:
         """The coins the block adds to the set (as `commitment.block_delta` counts them), each
         with its element, satoshis and the block's hash."""
-        in_block = {t.txid for t in block.txs}
-        within = {(i.prev_txid, i.prev_vout) for t in block.txs if not t.is_coinbase
-                  for i in t.inputs if i.prev_txid in in_block}
-        ops: list[Outpoint] = []
-        datas: list[bytes] = []
-        values: list[int] = []
         assert e.height is not None
-        for t in block.txs:
-            txid, cb = t.txid, t.is_coinbase
-            for vout, o in enumerate(t.outputs):
-                if is_data_carrier(o.satoshis, o.script) or (within and (txid, vout) in within):
-                    continue
-                ops.append((txid, vout))
-                datas.append(coin_bytes(txid, vout, e.height, cb, o.satoshis, o.script))
-                values.append(o.satoshis)
-        return {op: (el, v, e.hash) for op, el, v in zip(ops, elements(datas), values)}
+        return {op: (el, v, e.hash) for op, (el, v) in commitment.created_coins(block, e.height).items()}
 
     def _read(self, below: set[bytes], ops: list[Outpoint]) -> tuple[list[int], int] | None:
         """The elements and satoshis of coins read from the UTXO store (see the module), or
