@@ -14,6 +14,7 @@ blocks alone, and so is the state every record on it must have.
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
 
@@ -27,14 +28,14 @@ from tests.pipeline.chains import (
     commitment_model,
     confirmed,
     confirmed_model,
-    script,
     snapshot_utxos,
 )
 from workers.commitment import muhash_hex
-from workers.demochain import TAGS, Branch
+from workers.demochain import Branch, tag_script
 
 Outpoint = tuple[bytes, int]
 FEE = 300
+TREE_TAGS = 3_000_000_000  # a tree's first tag (coinbase tags are 4 bytes: well below 2^32)
 
 
 @dataclass
@@ -113,8 +114,16 @@ class Wallet:
 
 
 def make_tree(seed: int, *, n_branches: int = 3, max_len: int = 6) -> Tree:
+    """The tree of `seed`, the same whatever was generated before it in the process: its
+    scripts and coinbase tags come from a counter of its own (a txid decides which outputs
+    `grow` draws), above the numbers the shared counter reaches (every tree has fresh stores)."""
     rnd = random.Random(seed)
-    funds = [build_tx([TxIn(next(TAGS).to_bytes(32, "big"), 0, b"\x51", 0xFFFFFFFF)],
+    tags = itertools.count(TREE_TAGS)
+
+    def script() -> bytes:
+        return tag_script(next(tags))
+
+    funds = [build_tx([TxIn(next(tags).to_bytes(32, "big"), 0, b"\x51", 0xFFFFFFFF)],
                       [(10**8, script()), (10**8, script())]) for _ in range(8)]
     main_len = rnd.randint(3, max_len)
     # coinbases of the snapshot that mature exactly at a block of the main branch
@@ -122,7 +131,7 @@ def make_tree(seed: int, *, n_branches: int = 3, max_len: int = 6) -> Tree:
     for _ in range(2):
         k = rnd.randint(1, main_len)  # block k (1-based) of the main branch spends it at maturity
         h = SNAPSHOT_HEIGHT + k - 100
-        cb = build_tx([TxIn(b"\x00" * 32, 0xFFFFFFFF, next(TAGS).to_bytes(8, "big"), 0xFFFFFFFF)],
+        cb = build_tx([TxIn(b"\x00" * 32, 0xFFFFFFFF, next(tags).to_bytes(8, "big"), 0xFFFFFFFF)],
                       [(50 * 10**8, script())])
         coinbases.append((cb, h))
     genesis = Wallet()
@@ -130,7 +139,7 @@ def make_tree(seed: int, *, n_branches: int = 3, max_len: int = 6) -> Tree:
         genesis.add(t)
     for cb, h in coinbases:
         genesis.add(cb, mature_at=h + 100)
-    main = Branch(SNAPSHOT_HASH, SNAPSHOT_HEIGHT + 1)
+    main = Branch(SNAPSHOT_HASH, SNAPSHOT_HEIGHT + 1, tags=tags)
     mined: list[Tx] = []  # every non-coinbase tx of every branch so far (for re-mining)
     cur = genesis.copy()
     wallets = [cur.copy()]  # wallets[k]: what the main branch may spend after its k-th block
@@ -141,7 +150,7 @@ def make_tree(seed: int, *, n_branches: int = 3, max_len: int = 6) -> Tree:
     lengths = [main_len]
     for _b in range(rnd.randint(1, n_branches - 1)):
         at = rnd.randint(-1, main_len - 2)  # follows main block `at` (-1: the snapshot)
-        side = Branch(SNAPSHOT_HASH, SNAPSHOT_HEIGHT + 1) if at < 0 else main.fork(at)
+        side = Branch(SNAPSHOT_HASH, SNAPSHOT_HEIGHT + 1, tags=tags) if at < 0 else main.fork(at)
         side.blocks, side.txs = [], []  # only its own blocks (the model adds main's before them)
         wallet = wallets[at + 1].copy()
         length = rnd.randint(1, max_len + 1)
@@ -170,7 +179,8 @@ def grow(rnd: random.Random, branch: Branch, wallet: Wallet, mined: list[Tx], co
     txs: list[Tx] = []
     for cb in coinbase_at:  # a snapshot coinbase spent exactly at its maturity
         if wallet.mature_at.get(cb.txid) == height and (cb.txid, 0) in wallet.outs:
-            t = build_tx([spend_input(cb, 0)], [(cb.outputs[0].satoshis - FEE, script())])
+            out = (cb.outputs[0].satoshis - FEE, tag_script(next(branch.tags)))
+            t = build_tx([spend_input(cb, 0)], [out])
             wallet.spend(t)
             txs.append(t)
     # mine again a tx another branch mined, when this branch can
@@ -187,7 +197,7 @@ def grow(rnd: random.Random, branch: Branch, wallet: Wallet, mined: list[Tx], co
         ins = [spend_input(*wallet.outs[op]) for op in picked]
         total = sum(wallet.outs[op][0].outputs[op[1]].satoshis for op in picked) - FEE
         n_out = rnd.randint(1, 2)
-        t = build_tx(ins, [(total // n_out, script()) for _ in range(n_out)])
+        t = build_tx(ins, [(total // n_out, tag_script(next(branch.tags))) for _ in range(n_out)])
         wallet.spend(t)
         txs.append(t)
     mined.extend(t for t in txs if t not in mined)
