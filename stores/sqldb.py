@@ -281,10 +281,14 @@ class Database:
                 finally:
                     cur.close()
             else:
+                import psycopg
+
                 pg = self._connect()
+                # A read: one snapshot for every statement of it (several chunks), asked for in
+                # its BEGIN (no round trip of its own: state reads are most of the statements)
+                pg.isolation_level = None if write else psycopg.IsolationLevel.REPEATABLE_READ
+                pg.read_only = None if write else True
                 with pg.transaction(), pg.cursor() as pcur:
-                    if not write:  # one snapshot for every statement of a read (several chunks)
-                        pcur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                     yield pcur
 
     def _savepoint(self, cur: Any) -> Iterator[Any]:
