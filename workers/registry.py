@@ -64,15 +64,15 @@ class Registry:
         self,
         timeout: float,
         poll: float = 0.05,
-        settled: Callable[[str], bool] | None = None,
+        settled: Callable[[list[str]], list[str]] | None = None,
         settle_every: float = 1.0,
         progress: Callable[[list[str]], None] | None = None,
     ) -> bool:
-        """True once none of the ids pending now is pending any more; False on timeout. An id
-        that `settled` says is done anyway (a block another worker applied while the message's
-        own worker died) is taken off the registry: asked at once, then every `settle_every`
-        seconds (it reads the chain's state per id), while the registry itself is read every
-        `poll` seconds (one indexed read: a wait returns soon after the work is done).
+        """True once none of the ids pending now is pending any more; False on timeout. The ids
+        that `settled` picks of those waited for are done anyway (a block another worker applied
+        while the message's own worker died) and are taken off the registry: asked at once, then
+        every `settle_every` seconds (it reads the chain's state), while the registry itself is
+        read every `poll` seconds (one indexed read: a wait returns soon after the work is done).
         `progress` is told the ids still waited for at every read (first: all of them)."""
         now = self.state.pending()
         if progress is not None:
@@ -85,7 +85,7 @@ class Registry:
         while True:
             waiting = [e.ident for e in self.state.pending(upto)]
             if settled is not None and waiting and time.monotonic() >= settle_at:
-                for w in [w for w in waiting if settled(w)]:
+                for w in settled(list(waiting)):
                     self.done(w)
                     waiting.remove(w)
                 settle_at = time.monotonic() + settle_every
@@ -98,13 +98,18 @@ class Registry:
             time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
 
 
-def block_settled(state: StateStore) -> Callable[[str], bool]:
-    """Whether a pending id is done anyway: a block that is final while the chain is at rest.
-    A block applied while a pass is still running (which may yet disconnect it, or apply the
-    orphans it connected) is not settled yet; nor is anything but a block."""
+def block_settled(state: StateStore) -> Callable[[list[str]], list[str]]:
+    """Of the pending ids given, those done anyway: blocks that are final while the chain is at
+    rest. A block applied while a pass is still running (which may yet disconnect it, or apply
+    the orphans it connected) is not settled yet; nor is anything but a block. The chain's rest
+    is read once for all of them, after their statuses (so a pass that made one final had ended)."""
     from workers.sequencer import chain_at_rest  # here: the sequencer imports much
 
-    return lambda ident: _final(state, ident) and chain_at_rest(state)
+    def settled(idents: list[str]) -> list[str]:
+        final = [i for i in idents if _final(state, i)]
+        return final if final and chain_at_rest(state) else []
+
+    return settled
 
 
 def _final(state: StateStore, ident: str) -> bool:

@@ -91,8 +91,9 @@ def test_the_ids_left_to_the_holder_go_once_settled(seq: Sequencer, urls: tuple[
     assert reg.pending() == {f"block:{h[2]}", f"block:{h[3]}", "tx:" + "ab" * 32}
     assert seq.take_settled() == []
     settled = block_settled(seq.state)
-    assert [x for x in h if settled(f"block:{x}")] == [h[0], h[1], h[3]]  # h[2]: not known yet
-    assert not settled("tx:" + "ab" * 32)
+    blocks = [f"block:{x}" for x in h]
+    assert settled(blocks) == [blocks[0], blocks[1], blocks[3]]  # h[2]: not known yet
+    assert settled(["tx:" + "ab" * 32]) == []
     seq.submit(c.blocks[2])  # the orphan connects: this pass applies both
     reg.done_blocks(seq.take_settled())
     assert reg.pending() == {"tx:" + "ab" * 32}
@@ -193,9 +194,9 @@ def test_wait_returns_soon_after_the_last_id_goes(tmp_path: Path) -> None:
             theirs.done(i)
             gone_at.append(time.monotonic())
 
-    def settled(ident: str) -> bool:
-        asked.append(ident)
-        return False
+    def settled(idents: list[str]) -> list[str]:
+        asked.extend(idents)
+        return []
 
     worker = threading.Thread(target=remove_all)
     try:
@@ -208,7 +209,7 @@ def test_wait_returns_soon_after_the_last_id_goes(tmp_path: Path) -> None:
         assert 3 <= len(asked) <= 3 + 3 * 2
         reg.add("tx:" + "cd" * 32)
         assert not reg.wait(0.3, settled=settled)  # nothing removes it: the timeout answers
-        assert reg.wait(5, settled=lambda i: True)  # settled anyway: taken off at once
+        assert reg.wait(5, settled=lambda ids: ids)  # settled anyway: taken off at once
         assert reg.pending() == set()
     finally:
         worker.join()

@@ -184,7 +184,7 @@ class Demo:
                 done = [i for i in sizes if i not in pending]
                 if time.monotonic() - settle_checked > 1.0:  # now and then, not at every poll:
                     # a block whose message's worker died is done once the chain settles it
-                    done += [i for i in sizes if i in pending and settled(i)]
+                    done += settled([i for i in sizes if i in pending])
                     settle_checked = time.monotonic()
                 for ident in done:
                     svc.registry.done(ident)
