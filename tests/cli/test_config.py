@@ -19,7 +19,7 @@ CONTRACT_DEFAULTS = {
     "allow_missing_inputs": False,
     "flower_address": "127.0.0.1",
     "flower_basic_auth": "",
-    "metrics_port": 0,  # operations (README "Operations")
+    "metrics_port": 0,  # operations (docs/operations.md)
     "metrics_address": "0.0.0.0",
     "log_json": False,
     "requeue_after": 300,  # re-sending lost messages (README settings)

@@ -5,7 +5,7 @@ Each test names the one it translates. Teranode's fixtures are kept: `ParentTx` 
 `Tx` spending ParentTx:2 with 5 outputs, `spendTx` spending Tx:0, `spendTx2` spending it too;
 retention 10. Two things differ by design: coinbase maturity is Bitcoin's 100 here (Teranode's
 tests set 1), so heights move by 100 where theirs move by 1; and a spend is all or nothing per
-transaction (README, design notes). Heights a spend is made at are the block's: the store's
+transaction (docs/design.md). Heights a spend is made at are the block's: the store's
 tip + 1, as Teranode's Aerospike store passes them.
 """
 
