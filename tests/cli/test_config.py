@@ -84,6 +84,19 @@ def test_environment_beats_dotenv_and_flags_beat_both(run: Run, tmp_path: Path) 
     r = run("--batch-size", "11", "--retention", "20", "--store-url", "sqlite:///x.db", "config", env=env)
     cfg = r.json()
     assert (cfg["batch_size"], cfg["block_height_retention"], cfg["store_url"]) == (11, 20, "sqlite:///x.db")
+    # 0 is a retention too: records are never pruned (README settings)
+    cfg = run("--retention", "0", "config", env=env).json()
+    assert (cfg["block_height_retention"], cfg["unmined_tx_retention"]) == (0, 10)
+    r = run("--retention", "-1", "config")
+    assert r.code == 2 and len(r.err_lines) == 1 and "--retention" in r.err
+
+
+def test_help_names_every_exit_code(run: Run) -> None:
+    r = run("--help")
+    assert r.code == 0
+    text = " ".join(r.out.split())
+    for code in ("0 ok", "1 not found", "2 bad input", "3 internal error"):
+        assert code in text, text
 
 
 def test_bad_values_exit_2_with_one_line_naming_the_variable(run: Run) -> None:

@@ -110,8 +110,8 @@ def emit(obj: Any) -> None:
     help="Store every transaction externally (UTXO_EXTERNALIZE_ALL).",
 )
 @click.option(
-    "--retention", "block_height_retention", type=click.IntRange(min=1),
-    help="Blocks a fully spent record is kept (UTXO_BLOCK_HEIGHT_RETENTION).",
+    "--retention", "block_height_retention", type=click.IntRange(min=0),
+    help="Blocks a fully spent record is kept; 0: never pruned (UTXO_BLOCK_HEIGHT_RETENTION).",
 )
 @click.option(
     "--allow-missing-inputs/--no-allow-missing-inputs", default=None,
@@ -125,7 +125,8 @@ def cli(ctx: click.Context, /, debug: bool, **overrides: Any) -> None:
 
     Output is JSON on stdout; progress and logs go to stderr. Settings come from UTXO_*
     environment variables (a .env file in the working directory is honoured); the options
-    above override them. Exit codes: 0 ok, 1 not found, 2 bad input or usage.
+    above override them. Exit codes: 0 ok, 1 not found (or a wait that timed out), 2 bad input or
+    usage (one line on stderr naming what is wrong), 3 internal error (a bug: --debug shows it).
     """
     ctx.obj = Context(overrides={k: v for k, v in overrides.items() if v is not None})
 
