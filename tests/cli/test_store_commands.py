@@ -149,6 +149,24 @@ def test_utxos_by_address(imported: Imported, snapshot: list[Entry]) -> None:
     assert len(expected) > 1 and sorted(by_index(r.lines()), key=key) == sorted(expected, key=key)
 
 
+def test_an_address_that_owns_nothing_gets_the_p2pk_hint(imported: Imported, snapshot: list[Entry]) -> None:
+    """P2PK outputs (early coinbases) pay a key, not an address: an --address that finds nothing
+    says how to find them (stderr), for the listing and the balance alike; one that owns outputs
+    gets no hint."""
+    nobody = hashlib.sha256(b"utxoflow: an address nothing pays").digest()[:20]
+    address = p2pkh_address("76a914" + nobody.hex() + "88ac")
+    assert all(e["script"] != "76a914" + nobody.hex() + "88ac" for e in snapshot)
+    listed = imported.run("utxos", "--address", address)
+    assert listed.code == 0 and listed.out == "", listed.err
+    assert "--script 41<65-byte key>ac" in listed.err
+    balance = imported.run("balance", "--address", address)
+    assert balance.code == 0 and balance.json() == {"confirmed": 0, "unconfirmed": 0, "utxos": 0}
+    assert "--script 41<65-byte key>ac" in balance.err
+    p2pkh = next(e["script"] for e in snapshot if e["script"][:6] == "76a914" and len(e["script"]) == 50)
+    owned = imported.run("balance", "--address", p2pkh_address(p2pkh))
+    assert owned.code == 0 and owned.json()["utxos"] >= 1 and "P2PK" not in owned.err
+
+
 def test_a_scripts_outputs_page_by_cursor_and_balance(imported: Imported, snapshot: list[Entry]) -> None:
     script, n = Counter(e["script"] for e in snapshot).most_common(1)[0]
     whole = imported.run("utxos", "--script", script).lines()

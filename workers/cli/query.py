@@ -195,15 +195,19 @@ def _script_lines(
 @click.pass_obj
 def balance_cmd(obj: Context, script_hex: str | None, address: str | None, scripthash: str | None) -> None:
     """{"confirmed", "unconfirmed", "utxos"} of a script's unspent outputs, from the script index:
-    satoshis of those mined on the best chain, of the others, and how many there are."""
+    satoshis of those mined on the best chain, of the others, and how many there are. An
+    --address that owns nothing gets a hint on stderr: P2PK outputs pay a key, not an address."""
     h = script_selector(script_hex, address, scripthash)
     if h is None:
         raise BadInput("give one of --script, --address or --scripthash")
     store = obj.open_store(create=False)
     try:
-        emit(store.script_balance(h).to_json())
+        balance = store.script_balance(h)
     finally:
         store.close()
+    if balance.utxos == 0 and address is not None:
+        log(P2PK_HINT.format(addr=address))
+    emit(balance.to_json())
 
 
 @cli.command("stats")
