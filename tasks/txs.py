@@ -31,7 +31,7 @@ def tx_arrived(self: Task, txid: str, ident: str) -> dict[str, Any]:
         made = apply_tx(svc.utxo, tx)
         if isinstance(made, UtxoError):
             if waiting_for_parents(made) and self.request.retries < PARENT_RETRIES:
-                metrics.mempool_tx("retried")
+                metrics.mempool_tx("waiting")  # (a store's error: count_retry, by its code)
                 raise self.retry(countdown=min(0.5 * 2 ** self.request.retries, 30))
             log.warning("tx %s rejected: %s", txid, made)
             svc.registry.done(ident)

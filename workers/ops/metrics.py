@@ -47,8 +47,8 @@ TXS_APPLIED = Counter(
 )
 MEMPOOL_TXS = Counter(
     "utxoflow_mempool_txs_total", "Mempool transactions by outcome: accepted (made now), "
-    "known (already in the store: a redelivery), rejected; retried: an attempt that waits for "
-    "its parents.", ["outcome"]
+    "known (already in the store: a redelivery), rejected; waiting: an attempt that found a parent "
+    "missing, retried later (a store's error is utxoflow_store_errors_total's).", ["outcome"]
 )
 BLOCKS_PREPARED = Counter(
     "utxoflow_blocks_prepared_total", "Commitment deltas of blocks ahead of the chain: made by a worker "
@@ -85,7 +85,7 @@ PHASES = ("plan", "check", "create", "reclaim", "spend", "mine", "commit")
 _KNOWN: list[tuple[Any, tuple[tuple[str, ...], ...]]] = [
     (PHASE_SECONDS, tuple((p,) for p in PHASES)),
     (TXS_APPLIED, (("block",), ("mempool",))),
-    (MEMPOOL_TXS, (("accepted",), ("known",), ("rejected",), ("retried",))),
+    (MEMPOOL_TXS, (("accepted",), ("known",), ("rejected",), ("waiting",))),
     (PRUNER_JOBS, ((COMPLETED,), (FAILED,), (CANCELLED,))),
     (RECOVERY_CLAIMS, tuple((k, o) for k in KINDS for o in (PENDING, DONE, *TERMINAL, "lost"))),
     (BLOB_ERRORS, tuple((op,) for op in BLOB_OPS)),
