@@ -71,6 +71,37 @@ def url_error(url: str) -> str | None:
     return None if problem is None else f"UTXO_BROKER_URL ({mask_url(url)}): {problem}"
 
 
+def server_problem(url: str) -> str | None:
+    """Why a Redis broker that answers cannot work with this URL: it refuses the database (an
+    index past its `databases`) or the credentials. Asked once, with a short timeout; a broker
+    that does not answer is no problem here (it may be starting: the consumer waits for it)."""
+    if not is_redis(url) or ";" in url:
+        return None
+    try:
+        client = redis.Redis.from_url(url.strip(), socket_timeout=2, socket_connect_timeout=2)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except (redis.AuthenticationError, redis.ResponseError) as e:
+        return f"the Redis there refuses it: {e}"
+    except (redis.RedisError, OSError):
+        return None
+    return None
+
+
+def broker_error(url: str) -> str | None:
+    """`url_error`, else the one line for a Redis that answers and refuses the URL
+    (`server_problem`): what every command that uses the broker checks before it starts."""
+    from stores.sqldb import mask_url
+
+    error = url_error(url)
+    if error is not None:
+        return error
+    problem = server_problem(url)
+    return None if problem is None else f"UTXO_BROKER_URL ({mask_url(url)}): {problem}"
+
+
 class BrokerUnreachable(Exception):
     """The broker did not answer: nothing can be sent now."""
 

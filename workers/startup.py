@@ -36,11 +36,11 @@ class CannotStart(ValueError):
 def check_stores(s: Settings) -> None:
     """Open and close each store of `s` (the blob store first: the UTXO store opens it too),
     waiting up to `s.store_wait` seconds for one that cannot be reached yet; before them, the
-    broker URL must be one that can work (workers.broker.url_error: Celery would fail on it
-    only once started, with a traceback)."""
-    from workers.broker import url_error
+    broker URL must be one that can work (workers.broker.broker_error: Celery would fail on it
+    only once started, with a traceback, or retry for ever on a database Redis refuses)."""
+    from workers.broker import broker_error
 
-    error = url_error(s.broker_url)
+    error = broker_error(s.broker_url)
     if error is not None:
         raise CannotStart(error)
     openers: list[tuple[str, str, Callable[[], Any]]] = [

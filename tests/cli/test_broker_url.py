@@ -10,7 +10,7 @@ import pytest
 
 from chain import parse_block
 from tests.cli.conftest import run_utxo
-from workers.broker import url_problem
+from workers.broker import server_problem, url_problem
 
 BAD = {
     "foo://127.0.0.1:6379/0": "unknown scheme 'foo'",
@@ -23,6 +23,7 @@ BAD = {
     " ": "it is empty",
     "redis://127.0.0.1:6379/0;bar://h:1": "URL 2 of 2: unknown scheme 'bar'",
 }
+LOCAL_REDIS = "redis://127.0.0.1:6379"  # the suite's Redis (.ci/run starts one)
 COMMANDS = [("enqueue", "block", "block.hex"), ("enqueue", "tx", "tx.hex"), ("worker",), ("beat",),
             ("flower",)]
 
@@ -49,6 +50,34 @@ def test_a_broker_url_that_cannot_work_is_exit_2_naming_it(
     assert "secret" not in line
     if command[0] == "enqueue":
         assert line.endswith("; nothing was enqueued"), line
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:2]))
+def test_a_database_the_redis_refuses_is_exit_2_naming_it(
+    tmp_path: Path, data_dir: Path, command: tuple[str, ...]
+) -> None:
+    """The Redis answers and has no such database (16 by default): Celery would retry for ever."""
+    raw = (data_dir / "mainnet-277647.block").read_bytes()
+    (tmp_path / "block.hex").write_text(raw.hex() + "\n")
+    (tmp_path / "tx.hex").write_text(parse_block(raw).txs[1].raw.hex() + "\n")
+    url = LOCAL_REDIS + "/99"
+    assert server_problem(LOCAL_REDIS + "/0") is None  # (the Redis answers)
+    env = {
+        "UTXO_STORE_URL": f"sqlite:///{tmp_path}/utxo.db",
+        "UTXO_STATE_URL": f"sqlite:///{tmp_path}/state.db",
+        "UTXO_BLOB_URL": f"file://{tmp_path}/blobs",
+        "UTXO_BROKER_URL": url,
+        "UTXO_STORE_WAIT": "0",
+    }
+    r = run_utxo(*command, cwd=tmp_path, env=env)
+    assert r.code == 2 and r.out == "", (r.code, r.out, r.err)
+    (line,) = r.err_lines
+    assert line.startswith("utxo: error: UTXO_BROKER_URL (") and "out of range" in line, line
+
+
+def test_a_redis_that_does_not_answer_is_no_problem_yet() -> None:
+    """It may be starting: the consumer waits for it (tests/pipeline/test_redis_restart)."""
+    assert server_problem("redis://127.0.0.1:1/0") is None
 
 
 @pytest.mark.parametrize("url", [

@@ -57,11 +57,12 @@ class Context:
 
     def broker_url(self, then: str = "") -> str:
         """UTXO_BROKER_URL, refused (BadInput naming it, then `then`) when it cannot work at all
-        (workers.broker.url_error): checked before anything is started, opened or sent."""
-        from workers.broker import url_error
+        (workers.broker.broker_error: a URL no broker takes, or a Redis that refuses its database
+        or credentials): checked before anything is started, opened or sent."""
+        from workers.broker import broker_error
 
         url = self.settings.broker_url
-        error = url_error(url)
+        error = broker_error(url)
         if error is not None:
             raise BadInput(error + then)
         return url
