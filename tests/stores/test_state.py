@@ -102,9 +102,23 @@ def test_dah_not_set_while_unmined_then_set_by_mining(store: UtxoStore) -> None:
     assert store.get(f.txid).delete_at_height is None
     store.set_block_height(102)
     store.set_mined_multi([f.txid], 1, 102)
-    assert store.get(f.txid).delete_at_height == 102 + RET
+    assert store.get(f.txid).delete_at_height == 102 + 1 + RET  # (the tip's next block: see below)
     store.set_mined_multi([f.txid], 1, 102, unset=True)  # unset-mined clears it again
     assert store.get(f.txid).delete_at_height is None
+
+
+@pytest.mark.parametrize("block_height", [101, 102, 107])
+def test_set_mined_counts_the_dah_from_the_block_after_the_tip_or_the_block(
+    store: UtxoStore, block_height: int
+) -> None:
+    """Teranode's setMined counts from the store's height + 1 (the block being mined, in step);
+    where the store lags behind the block (a catch-up), from the block's own height."""
+    store.set_block_height(102)
+    f = funding(1)
+    created(store, f)
+    store.spend(child((f, 0)), 102)
+    store.set_mined_multi([f.txid], 1, block_height)
+    assert store.get(f.txid).delete_at_height == max(103, block_height) + RET
 
 
 def test_dah_cleared_by_unspend(store: UtxoStore) -> None:
@@ -404,7 +418,7 @@ def test_first_mining_agrees_with_the_dah_rule(
 ) -> None:
     """set_mined's no-read path writes DAH in SQL (`dah.first_mining_sql`); it must equal the
     kernel's set-mined exactly."""
-    from stores.utxo.kernel import state
+    from stores.utxo.kernel import dah, state
 
     store.set_block_height(100)
     f = funding(2)
@@ -414,7 +428,7 @@ def test_first_mining_agrees_with_the_dah_rule(
     if all_spent and not conflicting and not locked:
         store.spend_many([child((f, 0)), child((f, 1))], 100)
     model = as_record(store.get(f.txid))
-    state.set_mined(model, (3, 100, 0), True, 100, RET)
+    state.set_mined(model, (3, 100, 0), True, dah.mining_height(100, 100), RET)
     assert store.set_mined_multi([f.txid], 3, 100) == [[3]]
     after = store.get(f.txid)
     assert after.delete_at_height == model.delete_at_height

@@ -26,6 +26,7 @@ from stores.utxo.aerospike.rules import mined_result
 from stores.utxo.aerospike.spend import SpendMixin
 from stores.utxo.errors import TxNotFound, UtxoError
 from stores.utxo.gcpause import gc_paused
+from stores.utxo.kernel import dah
 
 log = logging.getLogger("utxoflow.store")
 
@@ -47,7 +48,7 @@ class StateMixin(SpendMixin):
         validate.height("block_height", block_height)
         validate.number("subtree_idx", subtree_idx)
         validate.txids(txids)
-        height = self.height_for(block_height)
+        height = dah.mining_height(self.height_for(), block_height)
         wanted = list(dict.fromkeys(txids))
         args = [
             block_id,

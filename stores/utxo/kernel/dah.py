@@ -37,6 +37,14 @@ def due(rec: Record, height: int, retention: int) -> int | None:
     return None
 
 
+def mining_height(tip: int, block_height: int) -> int:
+    """The height a set-mined (or its unset) counts a DAH from: the block after the store's tip,
+    as Teranode's setMined does (`currentBlockHeight`, the store's height + 1), or the block's
+    own height where the store lags behind it (a catch-up), whichever is higher. Counting from
+    the tip itself made a record mined at the tip's height prunable one block early."""
+    return max(tip + 1, block_height)
+
+
 def apply_dah(rec: Record, height: int, retention: int) -> None:
     """Set `rec`'s DAH by the rule (a master record: the whole transaction's)."""
     dah = due(rec, height, retention)

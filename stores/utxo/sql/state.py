@@ -53,7 +53,7 @@ class StateMixin(PagedMixin):
         validate.height("block_height", block_height)
         validate.number("subtree_idx", subtree_idx)
         validate.txids(txids)
-        height = self.height_for(block_height)
+        height = dah.mining_height(self.height_for(), block_height)
         block = (block_id, block_height, subtree_idx)
         wanted = list(dict.fromkeys(txids))
 
