@@ -347,7 +347,7 @@ def test_state_changes_agree(
         if rec is None:
             continue
         if what == "longest":
-            state.mark_on_longest_chain(rec, bool(value), height)
+            state.mark_on_longest_chain(rec, bool(value), height, RET)
         elif what == "locked":
             state.set_locked(rec, bool(value), height, RET)
         elif what == "conflicting":

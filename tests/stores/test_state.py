@@ -324,9 +324,35 @@ def test_unset_off_the_longest_chain_keeps_unmined_since_as_it_was(store: UtxoSt
     assert {u.txid for u in store.iter_utxos()} == {f.txid}
 
 
+def test_a_spent_record_mined_only_on_a_fork_is_scheduled_once_marked_onto_the_longest_chain(
+    store: UtxoStore,
+) -> None:
+    """Mined only in a side block, fully spent: no DAH (the rule wants the longest chain). Its block
+    joins the longest chain by a mark, with nothing else changing: the rule is applied again (from
+    the tip's next block, as set-mined counts), else it would never be pruned. Teranode's
+    markTransactionsOnLongestChain leaves the DAH alone (deliberately different: see the kernel);
+    marked off, it is left alone here too (the reorg's unset-mined clears it)."""
+    store.set_block_height(100)
+    f = funding(1)
+    created(store, f)
+    store.spend(child((f, 0)), 100)
+    store.set_mined_multi([f.txid], 9, 100, on_longest_chain=False)
+    assert store.get(f.txid).delete_at_height is None
+    store.set_block_height(104)
+    store.mark_on_longest_chain([f.txid], True)
+    got = store.get(f.txid)
+    assert got.unmined_since is None and got.delete_at_height == 105 + RET
+    store.mark_on_longest_chain([f.txid], False)
+    got = store.get(f.txid)
+    assert got.unmined_since == 104 and got.delete_at_height == 105 + RET
+    store.preserve_transactions([f.txid], 5000)  # a preserved record keeps what it has: none
+    store.mark_on_longest_chain([f.txid], True)
+    assert store.get(f.txid).delete_at_height is None
+
+
 def test_mark_on_longest_chain_overwrites_unmined_since(store: UtxoStore) -> None:
     """Teranode's markTransactionsOnLongestChain: "on" unsets `unmined_since` (a block or not),
-    "off" overwrites it with the tip; nothing else changes."""
+    "off" overwrites it with the tip; nothing else changes (a record in no block gets no DAH)."""
     f = funding()
     created(store, f, height=42)
     store.mark_on_longest_chain([f.txid], True)

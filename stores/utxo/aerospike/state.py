@@ -111,9 +111,8 @@ class StateMixin(SpendMixin):
     def mark_on_longest_chain(self, txids: Sequence[bytes], on: bool) -> None:
         validate.txids(txids)
         tip = self.height_for()
-        self._apply_all(
-            [self.key(t) for t in dict.fromkeys(txids)], "set_state", ["longest", int(on), tip, 0]
-        )
+        keys = [self.key(t) for t in dict.fromkeys(txids)]
+        self._apply_all(keys, "set_state", ["longest", int(on), tip, self.retention])
 
     def set_locked(self, txids: Sequence[bytes], value: bool) -> None:
         wanted = self._require(txids)

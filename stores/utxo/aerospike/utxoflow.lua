@@ -725,6 +725,7 @@ function set_state(rec, what, value, height, retention)
     if what == "longest" then
         if value == 1 then
             rec["unminedSince"] = nil
+            apply_dah(rec, height + 1, retention) -- (kernel.dah.mining_height: the tip's next)
         else
             rec["unminedSince"] = height
         end

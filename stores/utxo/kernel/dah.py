@@ -1,9 +1,10 @@
 """The delete-at-height (DAH) rule: when a record may be pruned (Teranode's setDeleteAtHeight).
 
 `apply_dah(rec, height, retention)` is called by every change that can make a record prunable
-or keep it: spend, unspend, set-mined and unset, set-conflicting, unlock. It is not called by
-freeze, unfreeze, reassign or mark-on-longest-chain (Teranode's neither), and lock and preserve
-remove the DAH outright.
+or keep it: spend, unspend, set-mined and unset, set-conflicting, unlock, and a mark onto the
+longest chain (Teranode's does not: a fully spent record mined only on a fork was then never
+pruned). It is not called by freeze, unfreeze, reassign or a mark off the longest chain
+(Teranode's neither), and lock and preserve remove the DAH outright.
 
 The rule, with new = height + retention:
 1. retention 0 means never: nothing changes.

@@ -6,8 +6,11 @@ Invariants:
 - A block is in a record's list at most once. After set-mined or unset-mined a record in no
   block has `unmined_since` set (the height it left the chain); one in a block has it unset when
   the change was on the longest chain, and keeps what it had otherwise. Both clear `locked`.
-- Mark-on-longest-chain only writes `unmined_since` (unset, or the tip), overwriting, and leaves
-  the delete-at-height alone; the next change that applies the DAH rule settles it.
+- Mark-on-longest-chain writes `unmined_since` (unset, or the tip), overwriting. Marked on, the
+  DAH rule is applied again (from the block after the tip, as set-mined counts): a fully spent
+  record mined only on a fork is scheduled once its block joins the longest chain — nothing else
+  would ever apply the rule to it (Teranode's mark leaves the DAH alone). Marked off, the DAH is
+  left as Teranode leaves it: the unset-mined that follows in a reorg clears it.
 - Lock removes the delete-at-height, unlock applies the rule again; preservation removes it
   until it expires, and an expired preservation schedules the record at height + retention.
 - A conflicting child is listed on each parent's `conflicting_children` once, and stays listed
@@ -17,7 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
-from stores.utxo.kernel.dah import apply_dah
+from stores.utxo.kernel.dah import apply_dah, mining_height
 from stores.utxo.kernel.record import Block, Record
 
 
@@ -53,9 +56,11 @@ def _unlock(rec: Record) -> None:
         rec.touch("locked")
 
 
-def mark_on_longest_chain(rec: Record, on: bool, tip: int) -> None:
+def mark_on_longest_chain(rec: Record, on: bool, tip: int, retention: int) -> None:
     rec.unmined_since = None if on else tip
     rec.touch("unmined_since")
+    if on:
+        apply_dah(rec, mining_height(tip, 0), retention)
 
 
 def set_locked(rec: Record, value: bool, height: int, retention: int) -> None:

@@ -123,7 +123,9 @@ class StateMixin(PagedMixin):
 
     def mark_on_longest_chain(self, txids: Sequence[bytes], on: bool) -> None:
         tip = self.height_for()
-        self._change("mark_on_longest_chain", txids, lambda rec: state.mark_on_longest_chain(rec, on, tip))
+        ret = self.retention
+        self._change("mark_on_longest_chain", txids,
+                     lambda rec: state.mark_on_longest_chain(rec, on, tip, ret))
 
     def set_locked(self, txids: Sequence[bytes], value: bool) -> None:
         height = self.height_for()
