@@ -125,8 +125,12 @@ class SpendRejected(ProcessingError):
 
     code = "SPEND_REJECTED"
 
+    LISTED = 5  # failed inputs the message names; the rest are counted (`errors` has them all)
+
     def __init__(self, txid: bytes, errors: list[tuple[int, UtxoError]]) -> None:
-        detail = "; ".join(f"input {vin}: [{e.code}] {e}" for vin, e in errors)
+        detail = "; ".join(f"input {vin}: [{e.code}] {e}" for vin, e in errors[: self.LISTED])
+        if len(errors) > self.LISTED:  # a tx may fail thousands: a log line, a task result stay short
+            detail += f"; and {len(errors) - self.LISTED} more of its inputs"
         super().__init__(f"tx {hash_to_hex(txid)} cannot spend: {detail}", txid=txid)
         self.errors = errors
 

@@ -83,6 +83,21 @@ def test_missing_parent(store: UtxoStore) -> None:
     assert isinstance(err, TxNotFound) and err.outpoint == (c.inputs[0].prev_txid, 0)
 
 
+def test_a_tx_missing_thousands_of_parents_is_refused_in_a_short_message(store: UtxoStore) -> None:
+    """Every failed input is in `errors` (and to_json); the message names the first few and counts
+    the rest: it ends up in log lines, task results and `utxo recover` (a 660 KB line before)."""
+    c = child(*((funding(1), 0) for _ in range(2000)))
+    with pytest.raises(SpendRejected) as e:
+        store.spend(c, 101)
+    rej = e.value
+    assert len(rej.errors) == 2000 and all(isinstance(x, TxNotFound) for _v, x in rej.errors)
+    assert len(rej.to_json()["inputs"]) == 2000  # type: ignore[arg-type]
+    text = str(rej)
+    assert text.count("[TX_NOT_FOUND]") == SpendRejected.LISTED
+    assert text.endswith("and 1995 more of its inputs")
+    assert len(text) < 2000, len(text)
+
+
 def test_missing_output(store: UtxoStore) -> None:
     f = funding(1)
     created(store, f)
