@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from chain import parse_block
-from tests.cli.conftest import run_utxo
+from tests.cli.conftest import Result, run_utxo
 from workers.broker import server_problem, url_problem
 
 BAD = {
@@ -28,11 +28,8 @@ COMMANDS = [("enqueue", "block", "block.hex"), ("enqueue", "tx", "tx.hex"), ("wo
             ("flower",)]
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:2]))
-@pytest.mark.parametrize("url", list(BAD))
-def test_a_broker_url_that_cannot_work_is_exit_2_naming_it(
-    tmp_path: Path, data_dir: Path, url: str, command: tuple[str, ...]
-) -> None:
+def run_with_broker(tmp_path: Path, data_dir: Path, url: str, command: tuple[str, ...]) -> Result:
+    """`utxo COMMAND` with UTXO_BROKER_URL=`url`, fresh stores and a block and a tx to enqueue."""
     raw = (data_dir / "mainnet-277647.block").read_bytes()
     (tmp_path / "block.hex").write_text(raw.hex() + "\n")
     (tmp_path / "tx.hex").write_text(parse_block(raw).txs[1].raw.hex() + "\n")
@@ -43,7 +40,15 @@ def test_a_broker_url_that_cannot_work_is_exit_2_naming_it(
         "UTXO_BROKER_URL": url,
         "UTXO_STORE_WAIT": "0",
     }
-    r = run_utxo(*command, cwd=tmp_path, env=env)
+    return run_utxo(*command, cwd=tmp_path, env=env)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:2]))
+@pytest.mark.parametrize("url", list(BAD))
+def test_a_broker_url_that_cannot_work_is_exit_2_naming_it(
+    tmp_path: Path, data_dir: Path, url: str, command: tuple[str, ...]
+) -> None:
+    r = run_with_broker(tmp_path, data_dir, url, command)
     assert r.code == 2 and r.out == "", (r.code, r.out, r.err)
     (line,) = r.err_lines
     assert line.startswith("utxo: error: UTXO_BROKER_URL (") and BAD[url] in line, line
@@ -57,19 +62,8 @@ def test_a_database_the_redis_refuses_is_exit_2_naming_it(
     tmp_path: Path, data_dir: Path, command: tuple[str, ...]
 ) -> None:
     """The Redis answers and has no such database (16 by default): Celery would retry for ever."""
-    raw = (data_dir / "mainnet-277647.block").read_bytes()
-    (tmp_path / "block.hex").write_text(raw.hex() + "\n")
-    (tmp_path / "tx.hex").write_text(parse_block(raw).txs[1].raw.hex() + "\n")
-    url = LOCAL_REDIS + "/99"
     assert server_problem(LOCAL_REDIS + "/0") is None  # (the Redis answers)
-    env = {
-        "UTXO_STORE_URL": f"sqlite:///{tmp_path}/utxo.db",
-        "UTXO_STATE_URL": f"sqlite:///{tmp_path}/state.db",
-        "UTXO_BLOB_URL": f"file://{tmp_path}/blobs",
-        "UTXO_BROKER_URL": url,
-        "UTXO_STORE_WAIT": "0",
-    }
-    r = run_utxo(*command, cwd=tmp_path, env=env)
+    r = run_with_broker(tmp_path, data_dir, LOCAL_REDIS + "/99", command)
     assert r.code == 2 and r.out == "", (r.code, r.out, r.err)
     (line,) = r.err_lines
     assert line.startswith("utxo: error: UTXO_BROKER_URL (") and "out of range" in line, line
