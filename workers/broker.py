@@ -62,15 +62,6 @@ def url_problem(url: str) -> str | None:
     return None
 
 
-def url_error(url: str) -> str | None:
-    """The one line that refuses a broker URL that cannot work (`url_problem`), naming the
-    setting and the URL with its password masked; None when it may work."""
-    from stores.sqldb import mask_url
-
-    problem = url_problem(url)
-    return None if problem is None else f"UTXO_BROKER_URL ({mask_url(url)}): {problem}"
-
-
 def server_problem(url: str) -> str | None:
     """Why a Redis broker that answers cannot work with this URL: it refuses the database (an
     index past its `databases`) or the credentials. Asked once, with a short timeout; a broker
@@ -91,14 +82,13 @@ def server_problem(url: str) -> str | None:
 
 
 def broker_error(url: str) -> str | None:
-    """`url_error`, else the one line for a Redis that answers and refuses the URL
-    (`server_problem`): what every command that uses the broker checks before it starts."""
+    """The one line that refuses a broker URL that cannot work — one no broker takes
+    (`url_problem`), or one a Redis that answers refuses (`server_problem`) — naming the setting
+    and the URL with its password masked; None when it may work. What every command that uses
+    the broker checks before it starts."""
     from stores.sqldb import mask_url
 
-    error = url_error(url)
-    if error is not None:
-        return error
-    problem = server_problem(url)
+    problem = url_problem(url) or server_problem(url)
     return None if problem is None else f"UTXO_BROKER_URL ({mask_url(url)}): {problem}"
 
 
