@@ -5,6 +5,7 @@ wait`, over a chain from regtest's genesis whose spends reach across the whole U
     python -m bench.scaleout [--workers 1,2] [--backend sqlite|postgresql|aerospike]
                              [--flow blocks|mempool] [--blocks N] [--txs-per-block N]
                              [--fan-blocks N] [--seed S] [--rounds R] [--redis URL]
+                             [--electrumx PATH]
 
 - `--flow blocks` (catch-up): the whole chain in one `utxo enqueue block FILE` (a hex block per
   line), then `utxo wait`. `tx_per_s` counts every transaction, coinbases included.
@@ -24,6 +25,10 @@ wait`, over a chain from regtest's genesis whose spends reach across the whole U
   transaction holds up as the store grows (`--blocks 156` makes a ~390,000-tx chain).
 - `--rounds R` repeats the list of worker counts R times, alternating, so the machine's drift
   spreads over every N; each N's best run is reported beside all runs.
+- The anchor (`--flow blocks`): ElectrumX's initial sync of the same blocks (`bench.electrumx`),
+  once per round before the round's worker counts, when an `electrumx_server` is found
+  (`--electrumx`, ELECTRUMX_SERVER or PATH); each N's row then has `vs_electrumx`, its tx/s over
+  the anchor's best. Without one, `electrumx` says why it was left out.
 The broker is an empty database of the Redis at `--redis` (default `UTXO_BROKER_URL`), claimed
 for the run and emptied only while the claim is still ours. A PostgreSQL run gets a database of
 its own (`UTXOFLOW_PG_ADMIN`), dropped afterwards; Aerospike a set of its own (AEROSPIKE_HOSTS),
@@ -46,6 +51,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench import electrumx
 from bench.chaingen import Chain, generate
 from bench.pipeline import ROOT, cpu_s, rss_mb, running_workers
 from bench.store import database, log
@@ -227,6 +233,18 @@ def quarter_rates(chain: Chain, logs: list[Path]) -> list[float]:
     return rates
 
 
+def anchor_summary(server: str | None, flow: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The anchor's best run and every run, or why there is none."""
+    if flow != "blocks":
+        return {"skipped": "the anchor syncs blocks: --flow blocks only"}
+    if not server:
+        return {"skipped": "no electrumx_server (--electrumx, ELECTRUMX_SERVER or PATH); see bench.electrumx"}
+    good = [r for r in runs if "tx_per_s" in r]
+    if not good:
+        return {"error": runs[-1].get("error", "no run") if runs else "no run"}
+    return {**max(good, key=lambda r: r["tx_per_s"]), "runs": runs}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.scaleout", description=__doc__.split("\n")[0])
     ap.add_argument("--workers", default="1,2", help="worker counts to run, e.g. 1,2,4")
@@ -239,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--concurrency", type=int, default=1, help="pool processes per worker (-c)")
     ap.add_argument("--redis", default=os.environ.get("UTXO_BROKER_URL", "redis://127.0.0.1:6379/0"))
+    ap.add_argument("--electrumx", help="electrumx_server to run as the anchor (default: "
+                    "ELECTRUMX_SERVER, else one on PATH)")
     ap.add_argument("--dir", type=Path, help="work in this directory and keep it (the workers' logs, "
                     "SQLite stores); default: a temporary one, removed")
     args = ap.parse_args(argv)
@@ -252,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     chain = generate(args.blocks, args.txs_per_block, args.fan_blocks, args.seed,
                      keep_txs=args.flow == "mempool")
     runs: list[Run] = []
+    anchor_runs: list[dict[str, Any]] = []
+    server = electrumx.locate(args.electrumx) if args.flow == "blocks" else None
     temporary = tempfile.TemporaryDirectory(prefix="utxoflow-scaleout-")
     workdir = nullcontext(str(args.dir)) if args.dir else temporary
     with workdir as d:
@@ -263,6 +285,10 @@ def main(argv: list[str] | None = None) -> int:
             files["main"] = _write_lines(tmp / "main.hex", chain.raws[chain.setup :])
             files["txs"] = _write_lines(tmp / "txs.hex", chain.tx_raws)
         for r in range(args.rounds):
+            if server:
+                log(f"round {r + 1}: ElectrumX sync of the same blocks …")
+                anchor_runs.append(electrumx.sync(server, chain.raws, chain.n_txs, tmp))
+                log(f"  {json.dumps(anchor_runs[-1])}")
             for n in counts:
                 log(f"round {r + 1}: {n} worker(s), {args.backend}, flow {args.flow} …")
                 run = run_once(chain, args, n, tmp, f"r{r}-w{n}", files)
@@ -273,17 +299,20 @@ def main(argv: list[str] | None = None) -> int:
         if run.workers not in best or run.seconds < best[run.workers].seconds:
             best[run.workers] = run
     base = best[counts[0]]
+    anchor = anchor_summary(server, args.flow, anchor_runs)
     rows = []
     for n in counts:
         row = best[n].row()
         row["speedup"] = round(base.seconds / best[n].seconds * best[n].txs / base.txs, 3)
+        if "tx_per_s" in anchor:
+            row["vs_electrumx"] = round(row["tx_per_s"] / anchor["tx_per_s"], 3)
         rows.append(row)
     result: dict[str, Any] = {
         "bench": "scaleout", "backend": args.backend, "flow": args.flow, "blocks": chain.tip_height,
         "main_blocks": args.blocks, "txs_per_block": args.txs_per_block, "txs": runs[0].txs,
         "utxos": len(chain.coins), "cores": os.cpu_count(), "rounds": args.rounds,
         "correct": all(r.check["ok"] for r in runs), "by_workers": rows,
-        "runs": [r.row() for r in runs],
+        "runs": [r.row() for r in runs], "electrumx": anchor,
     }
     print(json.dumps(result))
     return 0 if result["correct"] else 1

@@ -69,14 +69,19 @@ def basis(base_hex: str | None, height: int | None) -> str:
 @dataclass
 class Coins:
     """Coins of the blocks this process prepared: outpoint → (element, satoshis, the block that
-    made it), bounded by memory in two generations (as `commitment.RecentCoins`)."""
+    made it), bounded by memory in two generations (as `commitment.RecentCoins`). The blocks
+    whose coins each generation holds are kept beside it, so that `makers` and a `keep_only`
+    that forgets nothing (every walk's) cost the number of blocks, not of coins."""
 
     max_coins: int = (64 << 20) // _ENTRY
     _young: dict[Outpoint, tuple[int, int, bytes]] = field(default_factory=dict)
     _old: dict[Outpoint, tuple[int, int, bytes]] = field(default_factory=dict)
+    _young_makers: set[bytes] = field(default_factory=set)
+    _old_makers: set[bytes] = field(default_factory=set)
 
     def clear(self) -> None:
         self._young, self._old = {}, {}
+        self._young_makers, self._old_makers = set(), set()
 
     def get(self, op: Outpoint) -> tuple[int, int, bytes] | None:
         c = self._young.get(op)
@@ -86,16 +91,23 @@ class Coins:
         half = max(self.max_coins // 2, 1)
         if len(self._young) + len(coins) > half:
             self._old, self._young = self._young, {}
+            self._old_makers, self._young_makers = self._young_makers, set()
         self._young.update(coins)
+        self._young_makers.update(c[2] for c in coins.values())
 
     def makers(self) -> set[bytes]:
-        return {c[2] for d in (self._young, self._old) for c in d.values()}
+        """The blocks some of whose coins are kept (a block whose coins span both generations
+        is in both sets; one whose last coins went with the old generation, in neither)."""
+        return self._young_makers | self._old_makers
 
     def keep_only(self, makers: set[bytes]) -> None:
         """Forget the coins of every block but `makers`."""
-        for d in (self._young, self._old):
+        for d, kept in ((self._young, self._young_makers), (self._old, self._old_makers)):
+            if kept <= makers:
+                continue
             for op in [op for op, c in d.items() if c[2] not in makers]:
                 del d[op]
+            kept &= makers
 
 
 class Preparer:

@@ -24,7 +24,7 @@ from tests.pipeline.world import World
 from workers import commitment
 from workers.commitment import muhash_hex
 from workers.demochain import block_hash
-from workers.prepare import EPOCH, Preparer, basis
+from workers.prepare import EPOCH, Coins, Preparer, basis
 from workers.sequencer import ChainBusy, Sequencer, Unfinished
 
 
@@ -329,3 +329,32 @@ def test_a_rebase_leaves_no_height_of_the_old_base_in_the_preparer(
         for s in (seq, other):
             s.utxo.close()
             s.state.close()
+
+
+def test_kept_coins_against_a_model() -> None:
+    """`Coins` (makers kept beside each generation) against a plain dict of every coin added,
+    trimmed the way the generations are: random blocks' coins added, forgotten by `keep_only`
+    and dropped with the old generation; `get` and `makers` always agree with the model."""
+    rng = random.Random(7)
+    coins = Coins(max_coins=40)
+    young: dict[tuple[bytes, int], tuple[int, int, bytes]] = {}
+    old: dict[tuple[bytes, int], tuple[int, int, bytes]] = {}
+    made = 0
+    for step in range(400):
+        if rng.random() < 0.7:
+            maker = made.to_bytes(32, "little")
+            made += 1
+            batch = {(maker, v): (rng.getrandbits(64), v, maker) for v in range(rng.randint(0, 12))}
+            if len(young) + len(batch) > 20:
+                old, young = young, {}
+            young.update(batch)
+            coins.add(batch)
+        else:
+            present = sorted({c[2] for d in (young, old) for c in d.values()})
+            keep = set(rng.sample(present, k=rng.randint(0, len(present))))
+            young = {op: c for op, c in young.items() if c[2] in keep}
+            old = {op: c for op, c in old.items() if c[2] in keep}
+            coins.keep_only(keep)
+        assert coins.makers() == {c[2] for d in (young, old) for c in d.values()}, step
+        for op in [*young, *old, (made.to_bytes(32, "little"), 0)]:
+            assert coins.get(op) == young.get(op, old.get(op)), step
