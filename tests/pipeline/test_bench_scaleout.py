@@ -108,3 +108,46 @@ def test_bench_scaleout_mempool_flow_times_the_tx_and_block_phases() -> None:
     (row,) = out["by_workers"]
     assert row["tx_phase_tx_per_s"] > 0 and row["block_phase_tx_per_s"] > 0
     assert out["txs"] == 2 * 16  # the main blocks' transactions, coinbases included
+
+
+def test_the_electrumx_stand_in_serves_the_chain_as_bitcoind_does() -> None:
+    """The anchor's bitcoind stand-in (ElectrumX itself is not installed here): regtest's
+    genesis at height 0, the chain above it, JSON-RPC batches, and bitcoind's "method not found"
+    for anything else, counted."""
+    import urllib.request
+
+    from bench.chaingen import REGTEST_GENESIS
+    from bench.electrumx import REGTEST_GENESIS_BLOCK, Daemon
+
+    genesis = parse_block(REGTEST_GENESIS_BLOCK)
+    assert genesis.hash == REGTEST_GENESIS and genesis.txs[0].is_coinbase
+    chain = generate(1, 5, fan_blocks=1, seed=2)
+    daemon = Daemon([REGTEST_GENESIS_BLOCK, *chain.raws])
+    try:
+        def rpc(body: object) -> object:
+            req = urllib.request.Request(daemon.url.replace("user:pass@", ""), json.dumps(body).encode())
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                assert resp.headers["Content-Type"] == "application/json"
+                return json.loads(resp.read())
+
+        assert rpc({"id": 1, "method": "getblockcount"})["result"] == chain.tip_height
+        top = parse_block(chain.raws[-1]).hash[::-1].hex()
+        hashes = rpc([{"id": h, "method": "getblockhash", "params": [h]} for h in (0, chain.tip_height)])
+        assert [r["result"] for r in hashes] == [REGTEST_GENESIS[::-1].hex(), top]
+        got = rpc([{"id": 7, "method": "getblock", "params": [top, False]}])[0]
+        assert got["id"] == 7 and bytes.fromhex(got["result"]) == chain.raws[-1]
+        bad = rpc({"id": 9, "method": "sendrawtransaction", "params": ["00"]})
+        assert bad["result"] is None and bad["error"]["code"] == -32601
+        assert daemon.unknown == {"sendrawtransaction": 1}
+    finally:
+        daemon.close()
+
+
+def test_the_anchor_summary_says_why_it_is_missing() -> None:
+    from bench.scaleout import anchor_summary
+
+    assert "--flow blocks" in anchor_summary("/x", "mempool", [])["skipped"]
+    assert "electrumx_server" in anchor_summary(None, "blocks", [])["skipped"]
+    assert anchor_summary("/x", "blocks", [{"error": "it died"}]) == {"error": "it died"}
+    runs = [{"tx_per_s": 5}, {"error": "x"}, {"tx_per_s": 9}]
+    assert anchor_summary("/x", "blocks", runs) == {"tx_per_s": 9, "runs": runs}
