@@ -210,6 +210,17 @@ class Blocks:
         return min(known)[1] if self.ahead else max(known)[1]
 
 
+def seed_from_snapshot(state: StateStore, snap: tuple[int, bytes] | None) -> None:
+    """A state store that knows no block yet, beside a UTXO store seeded with a snapshot at block
+    B (height H, `snap`): B becomes the applied base and the tip. Idempotent (`add_block` finds
+    B if it is there): `utxo import-utxos` does it at once, the index on its first block."""
+    if snap is None or not state.is_empty():
+        return
+    height, h = snap
+    state.add_block(h, b"\x00" * 32, height, 0, BlockStatus.APPLIED, 0, SNAPSHOT)
+    state.commit(tip=h, meta={BASE: h.hex()})
+
+
 def stated_height(block: Block) -> int | None:
     """The height a block tells by itself: 1 after a well-known genesis, else its BIP34 height
     (None: it tells none)."""
@@ -407,15 +418,8 @@ class BlockIndex:
         return self.entry(a.hash)
 
     def _init_from_snapshot(self) -> None:
-        """A store seeded with a snapshot at block B (height H): B is the applied base."""
-        if not self.state.is_empty():
-            return
-        snap = self.snapshot_block()
-        if snap is None:
-            return
-        height, h = snap
-        self.state.add_block(h, b"\x00" * 32, height, 0, BlockStatus.APPLIED, 0, SNAPSHOT)
-        self.state.commit(tip=h, meta={BASE: h.hex()})
+        if self.state.is_empty():
+            seed_from_snapshot(self.state, self.snapshot_block())
 
     # -- the base --------------------------------------------------------------------------------
     def base(self) -> BlockEntry | None:

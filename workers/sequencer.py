@@ -28,6 +28,8 @@ Invariants:
   is applied, so a refusal is never retried without something new having arrived.
 - Undo records of blocks more than the retention below the tip are deleted — once nothing can
   arrive below the base (`BlockIndex.start_known`); until then a rebase needs them all.
+- A block is refused only while the UTXO store is the state store's own (`workers.pairing`):
+  found apart, the refusal is a StorageError, retried, and the block stays as it was.
 - A block refused for spending outputs no block seen made, while the chain's start is unknown,
   says so in its reason, and is placed again when an earlier block arrives.
 - A worker that finds the chain held leaves its block to the holder (tasks/blocks.py), which
@@ -74,6 +76,7 @@ from workers.blockindex import (
 )
 from workers.fanout import Fanout, LocalFanout, settle_block
 from workers.ops import activity, metrics
+from workers.pairing import apart
 from workers.prepare import EPOCH, Preparer, prepared_for
 
 log = logging.getLogger("utxoflow.sequencer")
@@ -367,6 +370,9 @@ class Sequencer:
                 )
         except BlockRefused as r:
             batch.flush(still=[e.hash])  # the blocks before it stand; the mark keeps this one
+            problem = apart(self.state, self.utxo)  # a store fault is no reason to refuse a block
+            if problem is not None:
+                raise StorageError(f"block {e.hash[::-1].hex()} not applied: {problem}") from r
             unseen = any(u in r.reason for u in UNSEEN) and not self.index.start_known()
             self._invalidate(e, f"{r.reason} {START_UNKNOWN}" if unseen else r.reason)
             return False

@@ -9,6 +9,8 @@ Invariants:
   for, with a line in the log every few seconds and nothing consumed, for `UTXO_STORE_WAIT`
   seconds; then the worker refuses to start too. The error names the setting. (A refused
   connection and wrong credentials look alike to the driver: both are waited for.)
+- Then the UTXO store and the state store must belong together (`workers.pairing`): a worker
+  on a mistyped UTXO_STORE_URL would find every block's inputs missing and refuse the chain.
 """
 
 from __future__ import annotations
@@ -67,6 +69,27 @@ def check_stores(s: Settings) -> None:
                 time.sleep(0.5)
             except (StoreError, ValueError) as e:  # an unknown scheme, options refused: never works
                 raise CannotStart(f"{setting} ({mask_url(url)}) cannot work: {first_line(e)}") from e
+    problem = paired(s)
+    if problem is not None:
+        raise CannotStart(problem)
+
+
+def paired(s: Settings) -> str | None:
+    """Why the stores of `s` do not belong together (pairing them on first start), or None."""
+    from workers.pairing import apart
+
+    state = open_state_store(s.state_url)
+    try:
+        utxo = open_utxo_store(s.store_url, **s.store_options())
+        try:
+            return apart(state, utxo, pair=True)
+        finally:
+            utxo.close()
+    except StorageError as e:
+        why = first_line(e)
+        raise CannotStart(f"checking that UTXO_STORE_URL and UTXO_STATE_URL belong together: {why}") from e
+    finally:
+        state.close()
 
 
 def first_line(e: BaseException) -> str:

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -390,6 +390,8 @@ def import_utxos_cmd(obj: Context, file: str, height: int | None, block_hash: st
     the set's commitment (kept in the state store for the snapshot's block).
     """
     from workers import commitment  # (its MuHash's imports: only the commands that use it)
+    from workers.blockindex import seed_from_snapshot
+    from workers.pairing import apart
 
     given: bytes | None = None
     if block_hash is not None:
@@ -406,21 +408,24 @@ def import_utxos_cmd(obj: Context, file: str, height: int | None, block_hash: st
         header = read_header(first)
         at_height, at_block = snapshot_block(header, height, given)
         lines: Iterable[bytes] = stream if header is not None else itertools.chain([first], stream)
-        store = obj.open_store()
-        try:
-            with Reporter() as rep:
-                written, counts, made = import_snapshot(
-                    store, lines, at_height, at_block, source, rep, header, 2 if header is not None else 1
-                )
-        finally:
-            store.close()
-    # The snapshot block's commitment, for the first block applied on it (which would otherwise
-    # compute it from the store, holding the chain meanwhile) and for `stats --hash muhash`.
-    state = obj.open_state()
-    try:
+        store = files.enter_context(closing(obj.open_store()))
+        state = files.enter_context(closing(obj.open_state()))
+        problem = apart(state, store)  # (a state store of a chain elsewhere: nothing written)
+        if problem is not None:
+            raise BadInput(problem)
+        with Reporter() as rep:
+            written, counts, made = import_snapshot(
+                store, lines, at_height, at_block, source, rep, header, 2 if header is not None else 1
+            )
+        # The snapshot block's commitment, for the first block applied on it (which would
+        # otherwise compute it from the store, holding the chain meanwhile) and for `stats --hash
+        # muhash`; the block itself as the chain's tip, so that `utxo tip` and `stats` tell it
+        # at once; the two stores paired (`workers.pairing`).
         state.commit(commitments={at_block: made})
-    finally:
-        state.close()
+        seed_from_snapshot(state, (at_height, at_block))
+        problem = apart(state, store, pair=True)
+        if problem is not None:
+            raise BadInput(problem)
     out: dict[str, Any] = {
         "imported": written,
         "skipped": counts.skipped,

@@ -17,6 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -34,6 +35,7 @@ from stores.utxo.prevouts import RecentOutputs
 SCHEMA_VERSION = "utxoflow-aerospike-2"  # 2: records carry scriptKeys, liveKeys and rid
 META = b"utxoflow-meta"  # the meta record's key (13 bytes)
 LOCK_PREFIX = b"L"  # a lock record's key: L ‖ txid (33 bytes)
+STORE_ID = "storeId"  # the meta record's bin: the store's id (`identity`)
 NEXT_ID = "nextId"  # the meta record's bin: the last record id handed out
 
 
@@ -207,6 +209,22 @@ class AerospikeBase:
             raise self._fail("drawing record ids", e) from e
         top = int(bins[NEXT_ID])
         return range(top - n + 1, top + 1)
+
+    def identity(self) -> str:
+        from aerospike import exception as aex
+        from aerospike_helpers import expressions as exp
+
+        found = self._meta().get(STORE_ID)
+        if found is None:
+            absent = {"expressions": exp.Not(exp.BinExists(STORE_ID)).compile()}
+            try:  # create-only for the bin: a second worker's id is filtered out, not written
+                self.conn.client.put(self._meta_key(), {STORE_ID: uuid.uuid4().hex}, policy=absent)
+            except aex.FilteredOut:
+                pass
+            except aex.AerospikeError as e:
+                raise self._fail("writing the store's id", e) from e
+            found = self._meta()[STORE_ID]
+        return str(found)
 
     def set_block_height(self, height: int) -> None:
         validate.height("block height", height, zero_ok=False)

@@ -15,6 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -155,6 +156,15 @@ class SqlBase:
         cur.execute(self.db.q("SELECT value FROM meta WHERE key = ?"), (key,))
         r = cur.fetchone()
         return None if r is None else str(r[0])
+
+    def identity(self) -> str:
+        def unit(cur: Any) -> str | None:
+            cur.execute(self.db.q("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING"),
+                        ("store_id", uuid.uuid4().hex))
+            return self._meta(cur, "store_id")
+
+        found = self.db.read("identity", lambda cur: self._meta(cur, "store_id"))
+        return found or str(self.db.write("identity", unit))
 
     def set_block_height(self, height: int) -> None:
         validate.height("block height", height, zero_ok=False)
