@@ -328,6 +328,37 @@ class BlockIndex:
         self.descend(root, step)
         return changes
 
+    def reconsidered(self, root: BlockEntry) -> list[BlockChange]:
+        """The changes that clear `root`, an invalid block whose parent is not, and every invalid
+        descendant of it, of their verdicts (an operator's `utxo reconsider`, as Bitcoin Core's
+        reconsiderblock), each placed again below its parent as it then stands; a block whose
+        own bytes fail their checks is invalid again, for that reason, and its descendants for
+        its sake. BlockMissing when a body is not in the blob store (nothing changed)."""
+        parent = self.state.get_block(root.parent)
+        if parent is None:
+            raise ValueError(f"the parent of block {root.hash[::-1].hex()} is not known: nothing to "
+                             "place it below")
+        tip = self.state.tip()
+        tip_work = None if tip is None else tip.work
+        changes: list[BlockChange] = []
+
+        def place(kid: BlockEntry, parent: BlockEntry) -> BlockEntry | None:
+            if kid.status is not BlockStatus.INVALID:
+                return None  # (none is: a descendant of an invalid block is invalid)
+            reason = check_block(self.blocks.load(kid.hash))  # (load: checked ones are kept)
+            if reason and parent.status is not BlockStatus.INVALID:
+                c = BlockChange(kid.hash, status=BlockStatus.INVALID, reason=reason)
+            else:
+                cleared = _with(kid, BlockChange(kid.hash, status=BlockStatus.ORPHAN))
+                c = self.derived(cleared, parent, tip_work)
+            changes.append(c)
+            return _with(kid, c)
+
+        now = place(root, parent)
+        if now is not None:
+            self.descend(now, place)
+        return changes
+
     # -- arrival ---------------------------------------------------------------------------------
     def accept(self, block: Block) -> BlockEntry | None:
         """Put the block into the index (see the invariants). Known blocks are left as they are,

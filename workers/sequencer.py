@@ -239,6 +239,67 @@ class Sequencer:
             if chain_at_rest(self.state):
                 return tip
 
+    # -- an operator's verdicts (`utxo invalidate`, `utxo reconsider`) --------------------------
+    def invalidate(self, h: bytes, reason: str, wait_s: float = 30.0) -> BlockEntry:
+        """Refuse block `h` and every descendant, as Bitcoin Core's invalidateblock: an applied
+        one is first taken off the chain with every block above it (a reorg down to its parent),
+        under the chain's lease (ChainBusy after `wait_s`). KeyError: not known; ValueError: it
+        cannot be (the snapshot's block, or deeper below the tip than the retention)."""
+        with self.lease(wait_s=wait_s) as mine:
+            if not mine:
+                raise ChainBusy()
+            self._take_back_unfinished()
+            self._rebase(lambda: None)
+            e = self.state.get_block(h)
+            if e is None:
+                raise KeyError(h)
+            if e.status is BlockStatus.APPLIED:
+                tip = self.state.tip()
+                assert tip is not None and tip.height is not None and e.height is not None
+                base = self.index.base()
+                if e.reason == SNAPSHOT or (base is not None and base.hash == e.hash):
+                    raise ValueError(f"block {h[::-1].hex()} is the chain's base: there is nothing below "
+                                     "it to go back to")
+                depth = tip.height - e.height + 1
+                if self.retention and depth > self.retention:
+                    raise ValueError(f"block {h[::-1].hex()} is {depth} blocks below the tip, deeper than "
+                                     f"the retention ({self.retention}): records it needs may be pruned")
+                a: BlockEntry | None = tip
+                while a is not None and a.status is BlockStatus.APPLIED:  # the tip first, down to e
+                    self._renew()
+                    self._disconnect(a)
+                    a = None if a.hash == h else self.state.get_block(a.parent)
+                e = self.state.get_block(h)
+                assert e is not None
+            self._invalidate(e, reason)
+            out = self.state.get_block(h)
+            assert out is not None
+            return out
+
+    def reconsider(self, h: bytes, wait_s: float = 30.0) -> list[BlockEntry]:
+        """Clear block `h` of its verdict, as Bitcoin Core's reconsiderblock: it, its invalid
+        ancestors and their invalid descendants are placed again (`BlockIndex.reconsidered`),
+        to be applied (and checked again) when they are the best chain's; under the chain's
+        lease. The blocks placed, as they now stand. KeyError: not known."""
+        with self.lease(wait_s=wait_s) as mine:
+            if not mine:
+                raise ChainBusy()
+            e = self.state.get_block(h)
+            if e is None:
+                raise KeyError(h)
+            root = e
+            while root.status is BlockStatus.INVALID:
+                p = self.state.get_block(root.parent)
+                if p is None or p.status is not BlockStatus.INVALID:
+                    break
+                root = p
+            if root.status is not BlockStatus.INVALID:
+                return []
+            changes = self.index.reconsidered(root)
+            self.state.commit(blocks=changes)
+        placed = [self.state.get_block(c.hash) for c in changes]
+        return [b for b in placed if b is not None]
+
     def _pass(self, check_budget: Callable[[], None]) -> BlockEntry | None:
         """Under the lease: finish what a dead worker left, rebase, then apply the best chain."""
         self._take_back_unfinished()
