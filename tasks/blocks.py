@@ -5,7 +5,8 @@ best chain if nobody else is applying it; if somebody is, it acknowledges and le
 to that worker, which looks at the chain again after letting go (workers/sequencer.py). Its
 message id stays pending until the holder has applied (or refused) the block
 (workers/registry.py), so `utxo wait` still means "applied", and the requeue scan sends the
-message again should the holder die."""
+message again should the holder die. A task whose own block ends refused ends as Refused
+(shown failed in Flower, with the reason)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from celery import Task
 from chain import hex_to_hash
 from stores.errors import StorageError
 from stores.state import BlockStatus
+from tasks import Refused
 from workers.app import app
 from workers.blockindex import BlockMissing, corrupt
 from workers.sequencer import ChainBusy, Unfinished
@@ -42,7 +44,7 @@ def _prepare_ahead(svc: Services) -> None:
             log.debug("prepared %d blocks ahead of the chain", made)
 
 
-@app.task(name="utxoflow.block.arrived", bind=True, max_retries=None)
+@app.task(name="utxoflow.block.arrived", bind=True, max_retries=None, throws=(Refused,))
 def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
     """Index the block and apply the best chain (see above). Idempotent: a redelivered
     message finds the block known and the chain applied."""
@@ -59,6 +61,8 @@ def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
     except ChainBusy:  # the holder applies it: it looks at the chain again before it lets go
         log.debug("block %s indexed; the chain's holder applies it", block_hash)
         assert entry is not None
+        if entry.status is BlockStatus.INVALID:  # refused as it was indexed: nothing to apply
+            raise Refused(f"block {block_hash} refused: {entry.reason}") from None
         _prepare_ahead(svc)
         return entry.to_json()
     except Unfinished as e:  # the budget ran out: the message goes back, any worker goes on
@@ -85,5 +89,7 @@ def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
         raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
     svc.registry.done(ident)
     svc.registry.done_blocks(seq.take_settled())  # those left to this worker among them
-    now = svc.state.get_block(entry.hash)
-    return (now or entry).to_json()
+    now = svc.state.get_block(entry.hash) or entry
+    if now.status is BlockStatus.INVALID:
+        raise Refused(f"block {block_hash} refused: {now.reason}")
+    return now.to_json()

@@ -422,6 +422,8 @@ class BlockIndex:
         refused = int(entry.status is BlockStatus.INVALID)
         if refused:
             log.warning("block %s is invalid: %s", a.hash_hex, entry.reason)
+            if entry.reason != PARENT_INVALID:  # (its parent's refusal is the one to tell)
+                self.state.note_refusal(f"block:{a.hash_hex}", "block", a.hash_hex, entry.reason or "invalid")
         if entry.status is not BlockStatus.ORPHAN:  # orphans below it: invalid, or connected now
             below = self.rederive(entry, lambda e: e.status is BlockStatus.ORPHAN or placed_again(e))
             self.state.commit(blocks=below)

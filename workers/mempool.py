@@ -33,7 +33,16 @@ from __future__ import annotations
 
 from chain import Tx, hash_to_hex
 from stores.errors import StoreError
-from stores.utxo import SpendRejected, TxConflicting, TxExists, TxLocked, TxNotFound, UtxoError, UtxoStore
+from stores.utxo import (
+    SpendRejected,
+    TxConflicting,
+    TxExists,
+    TxLocked,
+    TxNotFound,
+    UtxoError,
+    UtxoSpent,
+    UtxoStore,
+)
 from stores.utxo.twophase import park
 from workers.conflicts import Conflicts
 
@@ -67,6 +76,13 @@ def _refused(utxo: UtxoStore, tx: Tx, height: int, refusal: UtxoError) -> UtxoEr
         if held is not None and waiting_for_parents(held):
             return held
     return refusal
+
+
+def rival(refusal: UtxoError) -> str | None:
+    """The transaction (display hex) that holds an output a refused spend wanted, if one does."""
+    found = [e for _vin, e in refusal.errors] if isinstance(refusal, SpendRejected) else [refusal]
+    spender = next((e.spending_txid for e in found if isinstance(e, UtxoSpent)), None)
+    return None if spender is None else hash_to_hex(spender)
 
 
 def give_up(utxo: UtxoStore, tx: Tx, refusal: UtxoError) -> None:

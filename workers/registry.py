@@ -20,13 +20,15 @@ while the chain is at rest — or sent again by the requeue scan.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from chain import hex_to_hash
-from stores.state import PENDING_KINDS, StateStore
+from stores.state import PENDING_KINDS, BlockStatus, Refusal, StateStore
 from workers.broker import BrokerRun
 
 FINAL = {"applied", "side", "invalid", "orphan"}  # block statuses no pass of the chain changes
+REPORTED = "refusals_reported"  # state meta: the refusal log's last row a `utxo wait` reported
+KEEP_REPORTED = 100_000  # refusals one wait reads at most (the log keeps fewer)
 
 
 def parse_ident(ident: str) -> tuple[str, str]:
@@ -41,16 +43,18 @@ class Registry:
     def __init__(self, state: StateStore, broker: BrokerRun | None = None) -> None:
         self.state = state
         self.broker = broker  # None: the run a message goes to is not recorded (taken as unknown)
+        self.waited: list[str] = []  # the ids the last `wait` waited for
 
     def add(self, ident: str) -> None:
         """Register `ident` before its message is sent, with the broker run it is sent under."""
         kind, key = parse_ident(ident)
         self.state.add_pending(ident, kind, key, self.broker.known() if self.broker else "")
 
-    def done(self, ident: str, accepted: bool = False) -> None:
+    def done(self, ident: str, accepted: bool = False, refused: tuple[str, str | None] | None = None) -> None:
         """`ident`'s task finished for good; `accepted`: its tx's record was made (noted for
-        the recovery manager in the same write)."""
-        self.state.remove_pending(ident, accepted)
+        the recovery manager in the same write); `refused`: (why, the rival's txid or None),
+        logged in the same write (stores/state/refusals.py)."""
+        self.state.remove_pending(ident, accepted, refused)
 
     def pending(self) -> set[str]:
         return {e.ident for e in self.state.pending()}
@@ -75,6 +79,7 @@ class Registry:
         read every `poll` seconds (one indexed read: a wait returns soon after the work is done).
         `progress` is told the ids still waited for at every read (first: all of them)."""
         now = self.state.pending()
+        self.waited = [e.ident for e in now]
         if progress is not None:
             progress([e.ident for e in now])
         if not now:
@@ -96,6 +101,38 @@ class Registry:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+
+
+    def unreported(self, also: Sequence[str] = ()) -> tuple[list[Refusal], int]:
+        """The refusals no `utxo wait` has reported yet (the log's rows past the REPORTED mark:
+        a message refused before a wait began is reported all the same), with those of `also`
+        (ids waited for) the log does not hold; and the mark to move to once they are."""
+        mark = int(self.state.get_meta(REPORTED) or 0)
+        logged = self.state.refusals_since(mark, limit=KEEP_REPORTED)
+        seen = {r.ident for r in logged}
+        extra = [r for r in self.refused([i for i in also if i not in seen]) if r.ident not in seen]
+        return [*logged, *extra], max([mark, *(r.seq for r in logged)])
+
+    def reported(self, mark: int) -> None:
+        self.state.set_meta(REPORTED, str(mark))
+
+    def refused(self, idents: Sequence[str]) -> list[Refusal]:
+        """Those of `idents` (finished) that were refused, in their order: transactions from the
+        refusal log, blocks from their status in the index (the reason kept there)."""
+        logged = self.state.refusals([i for i in idents if i.startswith("tx:")])
+        out: list[Refusal] = []
+        for ident in idents:
+            if ident in logged:
+                out.append(logged[ident])
+            elif ident.startswith("block:"):
+                key = ident.partition(":")[2]
+                try:
+                    e = self.state.get_block(hex_to_hash(key))
+                except ValueError:
+                    continue
+                if e is not None and e.status is BlockStatus.INVALID:
+                    out.append(Refusal(ident, "block", key, e.reason or "invalid", None, 0.0, 0))
+        return out
 
 
 def block_settled(state: StateStore) -> Callable[[list[str]], list[str]]:

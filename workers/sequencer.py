@@ -583,6 +583,8 @@ class Sequencer:
             *self.index.rederive(bad, lambda k: k.status is not BlockStatus.INVALID),
         ]
         self.state.commit(blocks=changes, undo={e.hash: None}, meta={APPLYING: None}, deltas={e.hash: None})
+        hexed = e.hash[::-1].hex()
+        self.state.note_refusal(f"block:{hexed}", "block", hexed, reason)  # (before its message goes)
         self._settled.update(c.hash for c in changes)
         metrics.blocks_refused(len(changes))
 

@@ -12,11 +12,12 @@ from stores.state.protocol import (
     Commitment,
     PendingEntry,
     PreparedDelta,
+    Refusal,
     StateStore,
 )
 from stores.state.prunejobs import PruneJob, Requested
 
 __all__ = [
     "KEEP", "PENDING_KINDS", "BlockChange", "BlockEntry", "BlockStatus", "Commitment", "PendingEntry",
-    "PreparedDelta", "PruneJob", "Requested", "StateStore", "open_state_store",
+    "PreparedDelta", "PruneJob", "Refusal", "Requested", "StateStore", "open_state_store",
 ]

@@ -20,6 +20,7 @@ from typing import Any
 from stores.sqldb import Database, increasing_key
 from stores.state.protocol import PENDING_KINDS, PendingEntry
 from stores.state.recovery import insert_sql
+from stores.state.refusals import forget_refusal, note_refusal
 
 COLS = "ident, kind, key, seq, enqueued_at, sent_at, broker_run, sends"
 IN_CHUNK = 500  # ids per `IN (…)` list: well below either database's parameter limit
@@ -80,7 +81,9 @@ class PendingTable:
         # upserts: a connection lost in its COMMIT is tried again too (at worst a send counted twice)
         self.db.write("add pending", unit, idempotent=True)
 
-    def remove_pending(self, ident: str, accepted: bool = False) -> None:
+    def remove_pending(
+        self, ident: str, accepted: bool = False, refused: tuple[str, str | None] | None = None
+    ) -> None:
         sql = self.db.q("DELETE FROM pending WHERE ident = ?")
         note = self.db.q("UPDATE recovery SET accepted = 1 WHERE ident = ?")
 
@@ -88,6 +91,10 @@ class PendingTable:
             cur.execute(sql, (ident,))
             if accepted:
                 cur.execute(note, (ident,))
+                forget_refusal(self.db, cur, ident)
+            elif refused is not None:
+                kind, _, key = ident.partition(":")
+                note_refusal(self.db, cur, ident, kind, key, *refused)
 
         self.db.write("remove pending", unit)
 

@@ -113,6 +113,26 @@ class PendingEntry:
     sends: int  # how many times it has been sent
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A message finished as refused (stores/state/refusals.py): its id, kind and key, why, and
+    the rival that holds what it wanted (a txid, display hex), if one does."""
+
+    ident: str
+    kind: str
+    key: str
+    reason: str
+    rival: str | None
+    at: float  # seconds since the epoch
+    seq: int  # the log's order (0: not from the log)
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"kind": self.kind, "key": self.key, "reason": self.reason}
+        if self.rival:
+            d["rival"] = self.rival
+        return d
+
+
 @runtime_checkable
 class StateStore(Protocol):
     url: str
@@ -137,6 +157,9 @@ class StateStore(Protocol):
     def set_meta(self, key: str, value: str | None) -> None:
         """Set (None: remove) a small named value of the chain (e.g. the block being applied)."""
     def counts(self) -> dict[str, int]: ...
+    def invalid_blocks(self, limit: int = 10) -> list[BlockEntry]:
+        """The blocks last indexed that are invalid (with their reasons), newest first."""
+        ...
     def block_summary(self) -> dict[str, tuple[int, int | None]]:
         """Blocks per status: (how many, the highest height among them)."""
 
@@ -194,10 +217,26 @@ class StateStore(Protocol):
         pending keeps its place and enqueued time; its sent time, run and count are updated.
         A tx also gets its recovery entry (`recovery_add`), in the same transaction."""
 
-    def remove_pending(self, ident: str, accepted: bool = False) -> None:
+    def remove_pending(
+        self, ident: str, accepted: bool = False, refused: tuple[str, str | None] | None = None
+    ) -> None:
         """The message is finished for good (removing what is not there is harmless); with
         `accepted`, its tx's record was made, noted on its recovery entry in the same
-        transaction (from then on the record's absence means it was removed)."""
+        transaction (from then on the record's absence means it was removed), and an earlier
+        refusal of it forgotten; with `refused` (reason, rival), it was refused: logged in the
+        same transaction (stores/state/refusals.py)."""
+
+    def refusals(self, idents: Sequence[str]) -> dict[str, Refusal]:
+        """The logged refusals of these message ids (those refused)."""
+
+    def last_refusals(self, limit: int = 10) -> list[Refusal]:
+        """The latest refusals logged, newest first."""
+
+    def note_refusal(self, ident: str, kind: str, key: str, reason: str, rival: str | None = None) -> None:
+        """Log a refusal on its own (a block's: stores/state/refusals.py)."""
+
+    def refusals_since(self, seq: int, limit: int = 1000) -> list[Refusal]:
+        """The refusals logged after `seq`, oldest first, at most `limit`."""
 
     def pending_counts(self) -> dict[str, int]:
         """Messages pending per kind."""

@@ -1,7 +1,7 @@
 """The state store on SQLite or PostgreSQL: tables `blocks`, `chain` (the tip), `undo`, `leases`,
 `pending` (the registry of pending messages: stores/state/pending.py), `prune_jobs` (the
-pruner's jobs: stores/state/prunejobs.py) and `recovery` (the recovery manager's claims:
-stores/state/recovery.py).
+pruner's jobs: stores/state/prunejobs.py), `recovery` (the recovery manager's claims:
+stores/state/recovery.py) and `refusals` (refused transactions: stores/state/refusals.py).
 
 Cumulative work is kept as 64 hex digits, zero-padded, so that ordering the text orders the
 numbers on both databases (work can exceed any integer column).
@@ -23,6 +23,7 @@ from stores.state.pending import PendingTable, pending_ddl
 from stores.state.protocol import KEEP, BlockChange, BlockEntry, BlockStatus, Commitment, PreparedDelta
 from stores.state.prunejobs import PruneJobs, prune_ddl
 from stores.state.recovery import RecoveryTable, recovery_ddl
+from stores.state.refusals import RefusalLog, refusals_ddl
 
 log = logging.getLogger("utxoflow.state")
 
@@ -86,7 +87,7 @@ def _entry(r: Any) -> BlockEntry:
     )
 
 
-class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable):
+class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable, RefusalLog):
     def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = url
         self._create = create
@@ -109,7 +110,8 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable):
                 raise StorageError(f"no state store at {self.db.url_safe}")
         # a store made before `pending` existed gains the table here: nothing else changed, so the
         # schema version stays
-        extra = pending_ddl(self.db.dialect) + prune_ddl(self.db.dialect) + recovery_ddl(self.db.dialect)
+        d = self.db.dialect
+        extra = pending_ddl(d) + prune_ddl(d) + recovery_ddl(d) + refusals_ddl(d)
         for stmt in _ddl(self.db.blob, self.db.bigint) + extra:
             cur.execute(stmt)
         cur.execute(self.db.q("SELECT value FROM chain WHERE key = 'schema'"))
@@ -255,6 +257,14 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable):
             return {str(r[0]): (int(r[1]), None if r[2] is None else int(r[2])) for r in cur.fetchall()}
 
         return self.db.read("block summary", q)
+
+    def invalid_blocks(self, limit: int = 10) -> list[BlockEntry]:
+        def q(cur: Any) -> list[Any]:
+            sql = f"SELECT {COLS} FROM blocks WHERE status = 'invalid' ORDER BY seq DESC LIMIT ?"
+            cur.execute(self.db.q(sql), (limit,))
+            return list(cur.fetchall())
+
+        return [_entry(r) for r in self.db.read("invalid blocks", q)]
 
     def commit(
         self,

@@ -29,7 +29,7 @@ def registered(tmp_path: Path) -> tuple[str, Registry]:
 def test_a_wait_that_times_out_says_what_it_waited_for(tmp_path: Path) -> None:
     url, reg = registered(tmp_path)
     r = run_utxo("wait", "--timeout", "1", cwd=tmp_path, env={"UTXO_STATE_URL": url})
-    assert r.code == 1 and r.json() == {"done": False, "pending": 3}, r.err
+    assert r.code == 1 and r.json() == {"done": False, "pending": 3, "refused": 0}, r.err
     assert r.err_lines[:2] == [
         "utxo: wait: 0 of 2 blocks done, 2 pending, 0.0 blocks/s, ETA unknown",
         "utxo: wait: 0 of 1 txs done, 1 pending, 0.0 txs/s, ETA unknown",
@@ -51,7 +51,7 @@ def test_a_wait_counts_what_finishes(tmp_path: Path) -> None:
         time.sleep(0.2)
         reg.done(ident)
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 0 and json.loads(out) == {"done": True, "pending": 0}, err
+    assert p.returncode == 0 and json.loads(out) == {"done": True, "pending": 0, "refused": 0}, err
     ends = err.splitlines()[-2:]
     assert ends[0].startswith("utxo: wait: 2 blocks in ") and ends[0].endswith(" blocks/s)"), err
     assert ends[1].startswith("utxo: wait: 1 txs in "), err

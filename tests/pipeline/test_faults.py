@@ -367,7 +367,7 @@ def test_wait_on_an_id_it_cannot_look_up_times_out(pipeline: Pipeline) -> None:
     register anything) only its task can settle: `utxo wait` times out (1) rather than fail (2)."""
     pipeline.register("block:x")
     r = pipeline.utxo("wait", "--timeout", "0.5")
-    assert (r.returncode, r.stdout.strip()) == (1, '{"done": false, "pending": 1}'), r.stderr
+    assert (r.returncode, r.stdout.strip()) == (1, '{"done": false, "pending": 1, "refused": 0}'), r.stderr
 
 
 @pytest.mark.timeout(120)

@@ -15,7 +15,7 @@ import urllib.request
 from typing import Any
 
 from chain import parse_block
-from tests.pipeline.chains import Chain
+from tests.pipeline.chains import Chain, funding, spend
 from tests.pipeline.workers import ROOT, Pipeline, pipeline_fixture  # noqa: F401  (the fixture)
 
 
@@ -64,26 +64,32 @@ def test_flower_shows_the_workers_and_their_tasks_to_those_with_credentials(pipe
         c = Chain()
         for _ in range(3):
             c.add()
-        pipeline.enqueue("block", c.blocks)
-        pipeline.wait()
+        bad = c.next_block([spend((funding(1)[0], 0))])  # spends an output no one made
+        pipeline.enqueue("block", [*c.blocks, bad])
+        said = pipeline.wait(refused=1)["refusals"][0]
+        assert said["kind"] == "block" and "missing" in said["reason"], said
         deadline = time.monotonic() + 60
-        while True:
+        while True:  # the refused block's task is listed as failed, with its reason
             code, workers = get(f"{base}/api/workers?refresh=1", "ops:s3cret")
             code_t, tasks = get(f"{base}/api/tasks", "ops:s3cret")
             names = {t.get("name") for t in (tasks or {}).values()}
+            failed = [t for t in (tasks or {}).values() if t.get("state") == "FAILURE"]
             if code == 200 and any(k.startswith("w1@") for k in workers or {}) and (
-                "utxoflow.block.arrived" in names
+                "utxoflow.block.arrived" in names and failed
             ):
                 break
             assert time.monotonic() < deadline, (code, workers, code_t, names)
             time.sleep(0.5)
+        assert [t["name"] for t in failed] == ["utxoflow.block.arrived"], failed
+        assert f"block {parse_block(bad).hash_hex} refused" in failed[0]["exception"], failed
+        assert "Traceback" not in pipeline.log("w1")  # (an expected outcome: one line)
         assert get(f"{base}/api/workers", "ops:wrong")[0] == 401
         # the task list stays readable: short ids that say what they are, and a block task's
         # arguments show its height and hash
         hashes = [parse_block(b).hash_hex for b in c.blocks]
         shown = {}
         for task_id, t in tasks.items():
-            if t.get("name") == "utxoflow.block.arrived":
+            if t.get("name") == "utxoflow.block.arrived" and t.get("state") == "SUCCESS":
                 assert re.fullmatch(r"block-\d+-[0-9a-f]{12}", task_id), task_id
                 shown[task_id.split("-")[1]] = t["args"]
         assert shown, tasks

@@ -119,8 +119,15 @@ def test_double_spends_of_mempool_txs_by_a_tx_and_by_a_block(pipeline: Pipeline)
     pipeline.enqueue("tx", [first.raw, victim.raw, victim_child.raw])
     pipeline.wait()
     pipeline.enqueue("tx", [second.raw])
-    pipeline.wait()
-    assert pipeline.tx(second.txid_hex) is None
+    waited = pipeline.wait(refused=1)  # exit 4, the refusal listed with the rival that holds the output
+    (said,) = waited["refusals"]
+    assert said["kind"] == "tx" and said["key"] == second.txid_hex and said["rival"] == first.txid_hex, said
+    assert f"already spent by {first.txid_hex}" in said["reason"], said
+    r = pipeline.utxo("tx", second.txid_hex)  # not in the store, and why
+    assert r.returncode == 1 and "it was refused (" in r.stderr, r.stderr
+    assert f"{first.txid_hex} holds what it wanted" in r.stderr, r.stderr
+    r = pipeline.utxo("status", "--json")
+    assert [t["key"] for t in json.loads(r.stdout)["refused"]["txs"]] == [second.txid_hex], r.stdout
     assert spent_by(pipeline, funds[0], 0) == first.txid_hex
     unmined(pipeline, first)
     assert f"tx {second.txid_hex} rejected" in pipeline.log("w1")

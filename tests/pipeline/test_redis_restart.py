@@ -121,7 +121,7 @@ def test_redis_killed_mid_run_loses_nothing(pipeline: Pipeline, broker: RedisSer
     assert broker.start() != lost_with  # a new run: its queues start empty
     # the wait started before the kill returns 0 only once everything is done (checked below)
     code, out = wait_result(waiter, 130)
-    assert (code, out) == (0, {"done": True, "pending": 0}), pipeline.logs()
+    assert (code, out) == (0, {"done": True, "pending": 0, "refused": 0}), pipeline.logs()
     check_complete(pipeline, chain, outpoints(funds), mempool)
     assert "lost with an earlier broker run" in pipeline.logs(), pipeline.logs()
     assert all(p.poll() is None for p in pipeline.workers), pipeline.logs()  # all lived through it
@@ -155,7 +155,7 @@ def test_wait_waits_across_a_restart_and_a_starting_worker_resends(
 
     pipeline.start_worker("w1")
     code, out = wait_result(waiter, 80)
-    assert (code, out) == (0, {"done": True, "pending": 0}), pipeline.logs()
+    assert (code, out) == (0, {"done": True, "pending": 0, "refused": 0}), pipeline.logs()
     check_complete(pipeline, chain, outpoints(funds), mempool)
     assert "re-sent 5 message(s): 5 lost with an earlier broker run" in pipeline.log("w1"), pipeline.log("w1")
 
@@ -224,7 +224,7 @@ def test_with_workers_only_a_restart_loses_nothing_and_confirms_what_a_calm_run_
     time.sleep(0.5)
     broker.start()
     code, out = wait_result(waiter, 130)
-    assert (code, out) == (0, {"done": True, "pending": 0}), pipeline.logs()
+    assert (code, out) == (0, {"done": True, "pending": 0, "refused": 0}), pipeline.logs()
     assert pipeline.confirmed() == confirmed_model(chain.txs, outpoints(funds))
     assert "lost with an earlier broker run" in pipeline.logs(), pipeline.logs()
 

@@ -90,10 +90,16 @@ class Pipeline:
         assert r.returncode == 0, r.stderr
         return r.stdout.split()
 
-    def wait(self, timeout: float = 60) -> None:
-        """`utxo wait` returns 0: everything enqueued so far has been processed."""
+    def wait(self, timeout: float = 60, refused: int | None = 0) -> dict[str, Any]:
+        """`utxo wait`: everything enqueued so far has been processed, `refused` of it refused
+        (exit 4 then, else 0; None: either); what it printed."""
         r = self.utxo("wait", "--timeout", str(timeout), timeout=timeout + 30)
-        assert r.returncode == 0, r.stdout + r.stderr + self.logs()
+        assert r.returncode in ((0, 4) if refused is None else (4,) if refused else (0,)), (
+            r.stdout + r.stderr + self.logs()
+        )
+        out: dict[str, Any] = json.loads(r.stdout)
+        assert refused is None or out["refused"] == refused, out
+        return out
 
     def tip(self) -> dict[str, Any]:
         r = self.utxo("tip")

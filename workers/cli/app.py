@@ -2,7 +2,8 @@
 
 Exit codes (CONTRACT.md): 0 ok; 1 not found; 2 bad input or bad usage, with exactly one line on
 stderr (`utxo: error: …`) naming what is wrong. An unexpected exception (a bug) is one line too,
-`utxo: internal error: …`, exit 3; `utxo --debug …` shows its traceback instead.
+`utxo: internal error: …`, exit 3; `utxo --debug …` shows its traceback instead. 4: `utxo wait`
+finished, and some of what it waited for was refused (listed on stdout, counted on stderr).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ EXIT_OK = 0
 EXIT_NOT_FOUND = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
+EXIT_REFUSED = 4  # `utxo wait`: everything finished, some of it refused
 
 
 class NotFound(Exception):
@@ -127,7 +129,8 @@ def cli(ctx: click.Context, /, debug: bool, **overrides: Any) -> None:
     Output is JSON on stdout; progress and logs go to stderr. Settings come from UTXO_*
     environment variables (a .env file in the working directory is honoured); the options
     above override them. Exit codes: 0 ok, 1 not found (or a wait that timed out), 2 bad input or
-    usage (one line on stderr naming what is wrong), 3 internal error (a bug: --debug shows it).
+    usage (one line on stderr naming what is wrong), 3 internal error (a bug: --debug shows it),
+    4 `utxo wait` finished and some of what it waited for was refused.
     """
     ctx.obj = Context(overrides={k: v for k, v in overrides.items() if v is not None})
 

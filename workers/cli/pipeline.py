@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from typing import Any
 
 import click
 
 from chain import ParseError, hex_to_hash
 from stores.state import BlockStatus, StateStore
-from workers.cli.app import BadInput, Context, NotFound, cli, emit
+from workers.cli.app import EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, BadInput, Context, NotFound, cli, emit, log
 from workers.cli.progress import Reporter, WaitProgress
 
 
@@ -22,6 +23,7 @@ def _export(obj: Context) -> None:
 
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "FATAL"]
+REFUSALS_LISTED = 20  # `utxo wait`: refusals listed on stdout (all are counted)
 
 
 @cli.command("worker")
@@ -93,8 +95,12 @@ def beat_cmd(obj: Context, loglevel: str) -> None:
 @click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, help="Seconds.")
 @click.pass_obj
 def wait_cmd(obj: Context, timeout: float) -> int:
-    """Return once everything enqueued so far has been processed (0), or on timeout (1). Progress
-    goes to stderr: blocks and transactions done and pending, rate, time left."""
+    """Return once everything enqueued so far has been processed (0), or on timeout (1); 4 when
+    it was, and something was refused that no earlier wait reported (a block invalid, a
+    transaction rejected, also before this wait began): each listed in "refusals" (the first
+    REFUSALS_LISTED, with the rival where one holds what it wanted), counted in "refused" and
+    on stderr. Progress goes to stderr: blocks and transactions done and pending, rate, time
+    left."""
     from workers.registry import Registry, block_settled
 
     state = obj.open_state()
@@ -102,11 +108,22 @@ def wait_cmd(obj: Context, timeout: float) -> int:
     try:
         with Reporter() as rep, WaitProgress(rep) as progress:
             done = reg.wait(timeout, settled=block_settled(state), progress=progress)
-        left = len(reg.pending())
+        still = reg.pending()
+        refused, mark = reg.unreported([i for i in reg.waited if i not in still])
+        if done:
+            reg.reported(mark)
     finally:
         state.close()
-    emit({"done": done, "pending": left})
-    return 0 if done else 1
+    out: dict[str, Any] = {"done": done, "pending": len(still), "refused": len(refused)}
+    if refused:
+        out["refusals"] = [r.to_json() for r in refused[:REFUSALS_LISTED]]
+        first = refused[0]
+        log(f"{len(refused)} refused since the last wait; the first: {first.kind} {first.key}: "
+            f"{first.reason[:300]}")
+    emit(out)
+    if not done:
+        return EXIT_NOT_FOUND
+    return EXIT_REFUSED if refused else EXIT_OK
 
 
 def _state(obj: Context) -> StateStore:

@@ -62,13 +62,32 @@ def tx_cmd(obj: Context, txid: str) -> None:
     try:
         meta = store.get(key)
     except TxNotFound:
-        raise NotFound(f"tx {txid.strip().lower()} is not in the store") from None
+        raise NotFound(f"tx {hash_to_hex(key)} is not in the store{_refused(obj, key)}") from None
     finally:
         store.close()
     out = meta.to_json()
     if meta.tx is not None:
         out["hex"] = meta.tx.raw.hex()
     emit(out)
+
+
+def _refused(obj: Context, txid: bytes) -> str:
+    """Why the tx was refused, when the state store logged it (stores/state/refusals.py)."""
+    from stores.errors import StoreError
+
+    try:
+        state = obj.open_state(create=False)
+    except StoreError:  # no state store (a store used without workers): nothing to tell
+        return ""
+    try:
+        found = state.refusals([f"tx:{hash_to_hex(txid)}"])
+    finally:
+        state.close()
+    r = next(iter(found.values()), None)
+    if r is None:
+        return ""
+    rival = f"; {r.rival} holds what it wanted" if r.rival else ""
+    return f": it was refused ({r.reason}{rival})"
 
 
 @cli.command("outpoint")

@@ -25,6 +25,7 @@ from workers.recovery.liveness import ALIVE, TAKEN, UNACKED
 from workers.settings import Settings
 
 QUEUES = tuple(q.name for q in celeryconfig.task_queues)
+REFUSALS_SHOWN = 5  # `utxo status`: the last refused blocks and transactions shown
 
 
 def take(settings: Settings, window_s: int = 60) -> dict[str, Any]:
@@ -83,6 +84,10 @@ def _from_state(state: StateStore) -> dict[str, Any]:
             "holder": state.lease_holder(LEASE),
         },
         "pending": state.pending_counts(),
+        "refused": {  # the last refusals (`utxo wait` and `utxo tx` say more of one)
+            "blocks": [e.to_json() for e in state.invalid_blocks(REFUSALS_SHOWN)],
+            "txs": [r.to_json() for r in state.last_refusals(REFUSALS_SHOWN)],
+        },
         "pruner": {
             "done_height": state.prune_done_height(),
             "running": None if running is None else running.to_json(),

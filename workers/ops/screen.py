@@ -59,6 +59,12 @@ def _chain(grid: Table, snap: dict[str, Any]) -> None:
     pending = snap["pending"]
     grid.add_row("pending", f"blocks {pending.get('block', 0):,}   txs {pending.get('tx', 0):,}"
                             "   (enqueued, not finished)")
+    refused = snap.get("refused") or {}
+    said = [f"block {_short(b['hash'])} at {_n(b['height'])}: {b.get('reason', '')}"
+            for b in refused.get("blocks", [])]
+    said += [f"tx {_short(t['key'])}: {t['reason']}" for t in refused.get("txs", [])]
+    for k, text in enumerate(said):  # the newest of each kind first
+        grid.add_row("refused" if k == 0 else "", Text(text[:160], style="yellow"))
 
 
 def _broker(grid: Table, snap: dict[str, Any]) -> None:
