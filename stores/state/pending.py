@@ -107,12 +107,22 @@ class PendingTable:
 
         return self.db.read("pending counts", q)
 
-    def pending(self, upto: int | None = None) -> list[PendingEntry]:
+    def pending(
+        self, upto: int | None = None, *, kind: str | None = None, sent_before: float | None = None,
+        limit: int | None = None,
+    ) -> list[PendingEntry]:
+        where, params = [], []
+        for clause, value in (("seq <= ?", upto), ("kind = ?", kind),
+                              ("sent_at < ?", None if sent_before is None else int(sent_before * 1000))):
+            if value is not None:
+                where.append(clause)
+                params.append(value)
+        sql = f"SELECT {COLS} FROM pending{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY seq"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+
         def q(cur: Any) -> list[Any]:
-            if upto is None:
-                cur.execute(f"SELECT {COLS} FROM pending ORDER BY seq")
-            else:
-                cur.execute(self.db.q(f"SELECT {COLS} FROM pending WHERE seq <= ? ORDER BY seq"), (upto,))
+            cur.execute(self.db.q(sql), params)
             return list(cur.fetchall())
 
         return [_entry(r) for r in self.db.read("pending", q)]

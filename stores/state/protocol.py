@@ -241,8 +241,13 @@ class StateStore(Protocol):
     def pending_counts(self) -> dict[str, int]:
         """Messages pending per kind."""
 
-    def pending(self, upto: int | None = None) -> list[PendingEntry]:
-        """Pending entries in registration order; with `upto`, only those whose seq ≤ it."""
+    def pending(
+        self, upto: int | None = None, *, kind: str | None = None, sent_before: float | None = None,
+        limit: int | None = None,
+    ) -> list[PendingEntry]:
+        """Pending entries in registration order; with `upto`, only those whose seq ≤ it; with
+        `kind`, of that kind; with `sent_before` (seconds since the epoch), last sent before it;
+        at most `limit`."""
 
     def claim_pending(
         self, broker_run: str | None, older_than_s: float, limit: int, after: int = 0

@@ -10,7 +10,10 @@ Redis hands them back only after the visibility timeout (an hour, longer than an
   unacknowledged message noted by a node whose key has expired, and forgets the notes of
   messages no longer unacked. A message nobody noted (its worker died between taking it and
   noting it, or the note failed) is left to the re-sending scan (UTXO_REQUEUE_AFTER) and to
-  Redis's own visibility timeout: guessing would hand a live worker's message to another.
+  Redis's own visibility timeout: guessing would hand a live worker's message to another —
+  but for a block message: the manager re-sends a pending one that neither a queue nor a
+  noted delivery holds, twice seen so (`held_block_messages`, `RecoveryManager._lost_blocks`):
+  the chain must not wait UTXO_REQUEUE_AFTER for it, and a second delivery costs nothing.
 
 Invariants: a message is restored by kombu's own `restore_by_tag` (one Redis transaction that
 moves it from `unacked` to its queue), so it is never both restored and left, nor restored
@@ -20,6 +23,7 @@ a duplicate delivery, which every task tolerates (they are idempotent).
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -97,6 +101,49 @@ def restore_dead(r: redis.Redis, restore: Callable[[str], None]) -> dict[str, An
     if restored:
         log.warning("gave back %d message(s) that dead workers held", len(restored))
     return {"unacked": len(tags), "restored": len(restored)}
+
+
+def held_block_messages(r: redis.Redis, queue: str = "blocks") -> set[str]:
+    """The message ids (a block task's second argument) of the messages waiting on `queue`
+    (every priority) and of the unacknowledged ones a worker noted as taken."""
+    from kombu.transport.redis import PRIORITY_STEPS, Channel
+
+    keys = (queue, *(f"{queue}{Channel.sep}{p}" for p in PRIORITY_STEPS if p))
+    pipe = r.pipeline(transaction=False)
+    for key in keys:
+        pipe.lrange(key, 0, -1)
+    waiting = [raw for found in pipe.execute() for raw in found]
+    noted = {_text(t) for t in r.hkeys(TAKEN)}
+    held = [raw for tag, raw in r.hgetall(UNACKED).items() if _text(tag) in noted]
+    out = {i for raw in waiting if (i := message_ident(raw)) is not None}
+    for raw in held:
+        try:
+            envelope = json.loads(raw)[0]  # (kombu keeps [message, exchange, routing key])
+        except (ValueError, TypeError, IndexError, KeyError):
+            continue
+        if (i := _ident(envelope)) is not None:
+            out.add(i)
+    return out
+
+
+def message_ident(raw: bytes | str) -> str | None:
+    """The id (the second argument) of a task message as kombu keeps it in Redis (a JSON
+    envelope with a base64 JSON body), or None for anything else."""
+    try:
+        return _ident(json.loads(raw))
+    except ValueError:
+        return None
+
+
+def _ident(envelope: Any) -> str | None:
+    try:
+        body = envelope["body"]
+        if envelope.get("properties", {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args = json.loads(body)[0]
+        return str(args[1]) if isinstance(args, list) and len(args) > 1 else None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
 
 
 def _text(v: bytes | str) -> str:

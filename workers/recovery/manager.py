@@ -6,7 +6,8 @@ while it leads, each scan
 1. gives back the messages dead workers held (workers/recovery/liveness.py), and every
    UTXO_REQUEUE_INTERVAL sends again the pending messages a broker lost (workers/requeue.py);
 2. sends one block message to take the chain up when it is not at rest and nobody holds its
-   lease (a coordinator that died mid-block, its chunk-board claims lapsed with it);
+   lease (a coordinator that died mid-block, its chunk-board claims lapsed with it), and sends
+   again a block message lost on its way to a worker (`_lost_blocks`);
 3. enters the half-done creations the UTXO store reports as `creation:<txid>` entries;
 4. claims up to UTXO_RECOVERY_BATCH_SIZE entries older than UTXO_RECOVERY_TTL, leased for
    UTXO_RECOVERY_LEASE under a holder name unique to this claim, and hands them on: to at most
@@ -45,6 +46,8 @@ log = logging.getLogger("utxoflow.recovery")
 GIVEN_BACK, RESENT, TAKEN_UP = ("message", "given back"), ("message", "re-sent"), ("block", "chain taken up")
 COUNTED = (GIVEN_BACK, RESENT, TAKEN_UP)
 FAILED_SCANS = 3  # scans in a row that fail before a leader lets go (and waits a lease)
+LOST_SEEN_S = 4.0  # a block message held by no one in two scans this far apart is lost (`_lost_blocks`)
+LOST_SCAN = 1000  # pending block messages looked at per scan
 
 # (claimed, holder) → what became of each
 Dispatch = Callable[[list[RecoveryEntry], str], list[dict[str, Any]]]
@@ -63,10 +66,13 @@ class RecoveryManager:
         requeue: Callable[[], dict[str, Any]] | None = None,
         restore: Callable[[], dict[str, Any]] | None = None,
         half_done: Callable[[int], list[bytes]] | None = None,
+        held: Callable[[], set[str]] | None = None,
     ) -> None:
         self.s, self.state, self.leadership, self.dispatch = settings, state, leadership, dispatch
         self.send, self.requeue, self.restore, self.half_done = send, requeue, restore, half_done
+        self.held = held  # the ids of the block messages a queue or a live worker holds
         self._last: dict[str, float] = {}  # step → when it last ran (the throttled ones)
+        self._unheld: dict[str, float] = {}  # block message id → when first seen held by none
         self._scans = 0
 
     @property
@@ -95,6 +101,9 @@ class RecoveryManager:
             self._count(RESENT, got.get("resent", 0))
         report["chain"] = got = self._step("looking at the chain", self._chain)
         self._count(TAKEN_UP, int("resumed" in got))
+        if self.held is not None and self.send is not None:
+            report["lost_blocks"] = got = self._step("looking for lost block messages", self._lost_blocks)
+            self._count(RESENT, len(got.get("resent", [])))
         # a scan of the UTXO store (on Aerospike, of the whole set): once a lease is enough, as a
         # creation is only found once its lock has lapsed anyway
         if self.half_done is not None and self._due("creations", self.s.recovery_lease):
@@ -142,6 +151,44 @@ class RecoveryManager:
         self.send(BLOCK_TASK, args)
         log.warning("recovery: the chain is not at rest and nobody applies it: sent block %s", args[0])
         return {"at_rest": False, "resumed": args[0]}
+
+    def _lost_blocks(self) -> dict[str, Any]:
+        """Re-send the block messages lost on their way to a worker (popped from the queue by
+        one that died before kombu noted it in `unacked`, or before the worker noted the
+        delivery): pending for over a third of a lease, their block not in the index (a
+        block's task indexes it first), and held by no queue and no live worker's noted
+        delivery in two scans at least LOST_SEEN_S apart (a worker that just took one notes
+        it within milliseconds). The chain's progress then waits seconds for them, not
+        UTXO_REQUEUE_AFTER; a second delivery of one is harmless (the task is idempotent)."""
+        from workers.ingest import BLOCK_TASK
+
+        assert self.held is not None and self.send is not None
+        now = time.time()
+        old = self.state.pending(kind="block", sent_before=now - self.s.recovery_lease / 3, limit=LOST_SCAN)
+        if not old:
+            self._unheld = {}
+            return {}
+        held = self.held()
+        unheld = [e for e in old if e.ident not in held and not self._indexed(e.key)]
+        seen, self._unheld = self._unheld, {}
+        resent = []
+        for e in unheld:
+            first = seen.get(e.ident, now)
+            if now - first >= LOST_SEEN_S:
+                self.send(BLOCK_TASK, [e.key, e.ident])
+                resent.append(e.ident)
+                first = now  # (seen afresh: not sent again before it could be taken)
+            self._unheld[e.ident] = first
+        if resent:
+            log.warning("recovery: re-sent %d block message(s) no queue or worker held: %s",
+                        len(resent), ", ".join(resent[:5]))
+        return {"unheld": len(unheld), "resent": resent}
+
+    def _indexed(self, key: str) -> bool:
+        try:
+            return self.state.get_block(bytes.fromhex(key)[::-1]) is not None
+        except ValueError:  # not a block hash: only its task can tell
+            return True
 
     def _creations(self) -> dict[str, Any]:
         assert self.half_done is not None

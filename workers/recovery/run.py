@@ -25,7 +25,7 @@ from stores.state import StateStore, open_state_store
 from stores.state.recovery import RecoveryEntry
 from workers.broker import BrokerRun, is_redis
 from workers.recovery.leader import leadership
-from workers.recovery.liveness import Heartbeat, client, kombu_restore, restore_dead
+from workers.recovery.liveness import Heartbeat, client, held_block_messages, kombu_restore, restore_dead
 from workers.recovery.manager import Dispatch, RecoveryManager, broker_requeue
 from workers.settings import Settings
 
@@ -61,9 +61,13 @@ def build(settings: Settings, state: StateStore, dispatch: Dispatch, app: Any) -
         else:
             app.send_task(task, args=args)
 
-    restore = None
+    restore = held = None
     if is_redis(settings.broker_url):
         redis_client = client(settings.broker_url)
+
+        def held() -> set[str]:
+            return held_block_messages(redis_client)
+
         put_back = kombu_restore(app)
 
         def restore() -> dict[str, Any]:
@@ -72,7 +76,7 @@ def build(settings: Settings, state: StateStore, dispatch: Dispatch, app: Any) -
     return RecoveryManager(
         settings, state, lead, dispatch, send=send,
         requeue=broker_requeue(state, BrokerRun(settings.broker_url), settings.requeue_after),
-        restore=restore, half_done=half_done,
+        restore=restore, half_done=half_done, held=held,
     )
 
 

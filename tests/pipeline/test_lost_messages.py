@@ -1,0 +1,67 @@
+"""A block message lost on its way to a worker — popped from the queue by a worker that died
+before kombu wrote it to `unacked`, or before the worker noted the delivery — is sent again by
+the recovery manager within a lease, not after UTXO_REQUEUE_AFTER (`RecoveryManager._lost_blocks`,
+`liveness.held_block_messages`); and what counts as held, read from real kombu messages."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from stores.blob import open_blob_store
+from tests.pipeline.chains import Chain
+from tests.pipeline.workers import Pipeline, pipeline_fixture, until  # noqa: F401  (fixture)
+from workers.blockindex import keep_block
+from workers.demochain import block_hash
+from workers.recovery.liveness import TAKEN, UNACKED, held_block_messages, message_ident
+
+
+@pytest.mark.timeout(120)
+def test_a_block_message_lost_before_any_worker_held_it_is_sent_again_within_a_lease(
+    pipeline: Pipeline,
+) -> None:
+    pipeline.env.update({"UTXO_RECOVERY_LEASE": "6", "UTXO_RECOVERY_SCAN_INTERVAL": "0.5",
+                         "UTXO_REQUEUE_AFTER": "1h"})
+    c = Chain()
+    for _ in range(4):
+        c.add()
+    pipeline.start_worker("w1")
+    pipeline.enqueue("block", c.blocks[:2])
+    pipeline.wait(60)
+    # block 3 as `utxo enqueue` leaves it when its message is then lost: its bytes stored, its id
+    # pending, not indexed (the index lease was busy at the door), and no message anywhere
+    lost = block_hash(c.blocks[2])
+    blobs = open_blob_store(pipeline.env["UTXO_BLOB_URL"])
+    keep_block(blobs, lost, c.blocks[2])
+    pipeline.register(f"block:{lost[::-1].hex()}")
+    lost_at = time.monotonic()
+    pipeline.enqueue("block", c.blocks[3:])  # (indexed as an orphan: its parent is unknown)
+    until(lambda: pipeline.tip()["height"] == 4, 60, 0.2, "the chain past the lost block")
+    assert time.monotonic() - lost_at < 30  # a third of a lease and two scans, not an hour
+    pipeline.wait(30)
+    log = pipeline.log("w1")
+    assert "re-sent 1 block message(s) no queue or worker held: block:" + lost[::-1].hex() in log, log
+    assert log.count("re-sent 1 block message(s)") == 1  # once: then the queue held it
+
+
+def test_held_block_messages_reads_the_queue_and_noted_deliveries(pipeline: Pipeline) -> None:
+    """Real messages as `utxo enqueue` sends them (no worker takes them here)."""
+    c = Chain()
+    for _ in range(3):
+        c.add()
+    pipeline.enqueue("block", c.blocks)
+    r = pipeline.redis
+    idents = {f"block:{block_hash(b)[::-1].hex()}" for b in c.blocks}
+    assert {message_ident(raw) for raw in r.lrange("blocks", 0, -1)} == idents
+    assert held_block_messages(r) == idents
+    # a worker pops one and kombu notes it unacked, as its Redis transport does
+    raw = r.rpop("blocks")
+    assert raw is not None
+    one = message_ident(raw)
+    r.hset(UNACKED, "tag-1", json.dumps([json.loads(raw), "", "blocks"]))
+    assert held_block_messages(r) == idents - {one}  # not noted by a worker (yet): not held
+    r.hset(TAKEN, "tag-1", "w9@test")
+    assert held_block_messages(r) == idents
+    assert message_ident(b"not json") is None and message_ident(json.dumps({"body": "x"})) is None
