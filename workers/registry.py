@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from chain import hex_to_hash
-from stores.state import PENDING_KINDS, BlockStatus, Refusal, StateStore
+from stores.state import PENDING_KINDS, BlockEntry, BlockStatus, Refusal, StateStore
 from workers.broker import BrokerRun
 
 FINAL = {"applied", "side", "invalid", "orphan"}  # block statuses no pass of the chain changes
@@ -116,6 +116,12 @@ class Registry:
     def reported(self, mark: int) -> None:
         self.state.set_meta(REPORTED, str(mark))
 
+    def orphans(self, limit: int = 20) -> tuple[int, list[BlockEntry]]:
+        """How many blocks of the index wait as orphans (their parent never arrived), and the
+        last `limit` of them."""
+        n = self.state.block_summary().get(BlockStatus.ORPHAN.value, (0, None))[0]
+        return n, self.state.last_blocks(BlockStatus.ORPHAN, limit) if n else []
+
     def refused(self, idents: Sequence[str]) -> list[Refusal]:
         """Those of `idents` (finished) that were refused, in their order: transactions from the
         refusal log, blocks from their status in the index (the reason kept there)."""
@@ -135,18 +141,24 @@ class Registry:
         return out
 
 
-def block_settled(state: StateStore) -> Callable[[list[str]], list[str]]:
+class BlockSettled:
     """Of the pending ids given, those done anyway: blocks that are final while the chain is at
     rest. A block applied while a pass is still running (which may yet disconnect it, or apply
     the orphans it connected) is not settled yet; nor is anything but a block. The chain's rest
-    is read once for all of them, after their statuses (so a pass that made one final had ended)."""
-    from workers.sequencer import chain_at_rest  # here: the sequencer imports much
+    is read once for all of them, after their statuses (so a pass that made one final had
+    ended). `final` keeps the ids found final at the last call, at rest or not: `utxo wait`
+    counts them done in its progress, as the tip passes them."""
 
-    def settled(idents: list[str]) -> list[str]:
-        final = [i for i in idents if _final(state, i)]
-        return final if final and chain_at_rest(state) else []
+    def __init__(self, state: StateStore) -> None:
+        self.state = state
+        self.final: set[str] = set()
 
-    return settled
+    def __call__(self, idents: list[str]) -> list[str]:
+        from workers.sequencer import chain_at_rest  # here: the sequencer imports much
+
+        final = [i for i in idents if _final(self.state, i)]
+        self.final = set(final)
+        return final if final and chain_at_rest(self.state) else []
 
 
 def _final(state: StateStore, ident: str) -> bool:

@@ -407,6 +407,7 @@ class Sequencer:
         """Apply one block of the best chain (in `batch`: its state-store step is committed
         with the batch's); False when it is refused."""
         assert e.height is not None
+        t0 = time.perf_counter()  # (its time covers every phase: loading and planning too)
         self.blocks.passed(e.height)  # the blocks below are applied: parsed, they go first
         block = self.genuine(e.hash)
         undo = self.state.get_undo(e.hash)
@@ -417,7 +418,6 @@ class Sequencer:
         parent = self._parent_commitment(e)
         batch.begin()  # its transaction, open from its first block on (the plan saw what is in it)
         self.state.commit(undo={e.hash: undo}, meta={APPLYING: mark([*batch.hashes, e.hash])})
-        t0 = time.perf_counter()
         self.applier.heartbeat = self._renewer()
         # the whole block all or nothing where it can be (see __init__): a savepoint of the
         # batch's transaction, which a crash leaves unwritten whole (the `applying` mark's

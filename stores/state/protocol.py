@@ -157,8 +157,9 @@ class StateStore(Protocol):
     def set_meta(self, key: str, value: str | None) -> None:
         """Set (None: remove) a small named value of the chain (e.g. the block being applied)."""
     def counts(self) -> dict[str, int]: ...
-    def invalid_blocks(self, limit: int = 10) -> list[BlockEntry]:
-        """The blocks last indexed that are invalid (with their reasons), newest first."""
+    def last_blocks(self, status: BlockStatus, limit: int = 10) -> list[BlockEntry]:
+        """The blocks last indexed that have `status` now (invalid ones with their reasons),
+        newest first."""
         ...
     def block_summary(self) -> dict[str, tuple[int, int | None]]:
         """Blocks per status: (how many, the highest height among them)."""

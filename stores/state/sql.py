@@ -258,13 +258,13 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable, Ref
 
         return self.db.read("block summary", q)
 
-    def invalid_blocks(self, limit: int = 10) -> list[BlockEntry]:
+    def last_blocks(self, status: BlockStatus, limit: int = 10) -> list[BlockEntry]:
         def q(cur: Any) -> list[Any]:
-            sql = f"SELECT {COLS} FROM blocks WHERE status = 'invalid' ORDER BY seq DESC LIMIT ?"
-            cur.execute(self.db.q(sql), (limit,))
+            sql = f"SELECT {COLS} FROM blocks WHERE status = ? ORDER BY seq DESC LIMIT ?"
+            cur.execute(self.db.q(sql), (status.value, limit))
             return list(cur.fetchall())
 
-        return [_entry(r) for r in self.db.read("invalid blocks", q)]
+        return [_entry(r) for r in self.db.read("last blocks", q)]
 
     def commit(
         self,

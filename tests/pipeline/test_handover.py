@@ -17,7 +17,7 @@ from stores.blob import open_blob_store
 from stores.state import BlockStatus, open_state_store
 from tests.pipeline.chains import Chain, confirmed_model
 from workers.blockindex import INDEX_LEASE, Blocks, parsed_bytes
-from workers.registry import Registry, block_settled
+from workers.registry import BlockSettled, Registry
 from workers.sequencer import LEASE, ChainBusy, Sequencer, Unfinished, chain_at_rest
 
 
@@ -90,7 +90,7 @@ def test_the_ids_left_to_the_holder_go_once_settled(seq: Sequencer, urls: tuple[
     reg.done_blocks(seq.take_settled())
     assert reg.pending() == {f"block:{h[2]}", f"block:{h[3]}", "tx:" + "ab" * 32}
     assert seq.take_settled() == []
-    settled = block_settled(seq.state)
+    settled = BlockSettled(seq.state)
     blocks = [f"block:{x}" for x in h]
     assert settled(blocks) == [blocks[0], blocks[1], blocks[3]]  # h[2]: not known yet
     assert settled(["tx:" + "ab" * 32]) == []

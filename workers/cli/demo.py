@@ -167,11 +167,11 @@ class Demo:
         """Enqueue `blocks` as `utxo enqueue` does, and wait as `utxo wait` does until each is
         settled; the seconds it took. Progress counts the transactions of settled blocks."""
         from workers.ingest import submit_block
-        from workers.registry import block_settled
+        from workers.registry import BlockSettled
         from workers.services import services
 
         svc = services(**self.settings())
-        settled = block_settled(svc.state)
+        settled = BlockSettled(svc.state)
         start = time.perf_counter()
         parsed = [parse_block(raw) for raw in blocks]
         sizes: dict[str, int] = {}  # the blocks enqueued and not settled yet → their tx counts

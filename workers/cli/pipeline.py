@@ -101,20 +101,31 @@ def wait_cmd(obj: Context, timeout: float) -> int:
     REFUSALS_LISTED, with the rival where one holds what it wanted), counted in "refused" and
     on stderr. Progress goes to stderr: blocks and transactions done and pending, rate, time
     left."""
-    from workers.registry import Registry, block_settled
+    from workers.registry import BlockSettled, Registry
 
     state = obj.open_state()
     reg = Registry(state)  # in the state store: it outlives a restart of the broker
     try:
+        settled = BlockSettled(state)
         with Reporter() as rep, WaitProgress(rep) as progress:
-            done = reg.wait(timeout, settled=block_settled(state), progress=progress)
+            # (a block the tip has passed counts as done at once, though its id is only let go
+            # once the holder's pass ends)
+            done = reg.wait(timeout, settled=settled,
+                            progress=lambda ids: progress([i for i in ids if i not in settled.final]))
         still = reg.pending()
-        refused, mark = reg.unreported([i for i in reg.waited if i not in still])
+        finished = [i for i in reg.waited if i not in still]
+        refused, mark = reg.unreported(finished)
+        n_orphans, orphans = reg.orphans(REFUSALS_LISTED)
         if done:
             reg.reported(mark)
     finally:
         state.close()
     out: dict[str, Any] = {"done": done, "pending": len(still), "refused": len(refused)}
+    if orphans:  # done, as far as a wait goes: but they wait for a parent that has not come
+        out["orphans"] = n_orphans
+        out["orphan_blocks"] = [{"hash": e.hash[::-1].hex(), "parent": e.parent[::-1].hex()} for e in orphans]
+        log(f"{n_orphans} block(s) wait as orphans, their parent unknown: enqueue it to go on "
+            f"(the last: {orphans[0].hash[::-1].hex()}, parent {orphans[0].parent[::-1].hex()})")
     if refused:
         out["refusals"] = [r.to_json() for r in refused[:REFUSALS_LISTED]]
         first = refused[0]

@@ -85,7 +85,7 @@ def _from_state(state: StateStore) -> dict[str, Any]:
         },
         "pending": state.pending_counts(),
         "refused": {  # the last refusals (`utxo wait` and `utxo tx` say more of one)
-            "blocks": [e.to_json() for e in state.invalid_blocks(REFUSALS_SHOWN)],
+            "blocks": [e.to_json() for e in state.last_blocks(BlockStatus.INVALID, REFUSALS_SHOWN)],
             "txs": [r.to_json() for r in state.last_refusals(REFUSALS_SHOWN)],
         },
         "pruner": {
