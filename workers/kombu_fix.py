@@ -1,15 +1,21 @@
-"""Workarounds for two kombu bugs that kill a worker (seen with kombu 5.7.0, Celery 5.7.0).
+"""Workarounds for kombu and Celery bugs that kill or stall a worker (seen with kombu 5.7.0,
+Celery 5.7.0).
 
-1. A message that is not JSON, or JSON that is not a kombu message (`null`, `42`, a list, an
-   object without properties, a body its encoding cannot decode: tests/pipeline/test_faults.py).
-   The Redis transport decodes a message it has just popped, and builds kombu's `Message` from
-   it, inside the worker's event loop (`Channel._brpop_read`, `Transport._deliver`); the error
-   escapes the loop and the worker's main process exits. Here such a message is dropped with an
-   error in the log and its bytes kept (the newest `UNDECODABLE_KEEP`) in the Redis list
-   `UNDECODABLE_KEY` for inspection: rejected, never delivered, the queue not blocked. The
-   shape is checked by building the `Message` as the channel will (kombu's own reading of it),
-   plus the delivery info a redelivery reads; what the body says is Celery's to judge (it
-   rejects a task message it cannot read, and lives on).
+1. A message a worker cannot take. Not JSON, or JSON that is not a kombu message (`null`, `42`,
+   a list, an object without properties, a body its encoding cannot decode), or a kombu message
+   that is not a task message Celery can run without dying: a task header without an `id`
+   (Celery takes its KeyError for a lost connection and reconnects for ever), a body that is not
+   [args, kwargs, embed] (its ValueError stops the worker, and the message, back on the queue,
+   stops the next), or one larger than MAX_MESSAGE_BYTES (this project's messages carry ids,
+   never blocks: a few hundred bytes). The Redis transport decodes a message it has just popped,
+   and builds kombu's `Message` from it, inside the worker's event loop (`Channel._brpop_read`,
+   `Transport._deliver`); here each such message is checked there, and one that fails is set
+   aside instead: a record of it (why, its size, its SHA-256, its first bytes and its headers,
+   bounded) pushed on the dead-letter list DEAD_LETTERS (the newest DEAD_LETTERS_KEEP), the
+   counter DEAD_LETTERS_TOTAL incremented (`utxo status`, `utxo metrics`, `utxo dead-letters`
+   lists and drops them), an error logged; never delivered, the consumer going on. What a
+   well-formed task message says is Celery's to judge (it rejects one it cannot read, and lives
+   on: tests/pipeline/test_faults.py).
 
 2. The broker going away mid-read (tests/pipeline/test_redis_restart.py and test_kombu_fix.py).
 
@@ -30,8 +36,10 @@ harmless.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import time
 from typing import Any
 
 import redis
@@ -41,37 +49,52 @@ ORIGINAL = kombu_redis.Channel._connparams  # kombu's own (tests/pipeline/test_k
 ORIGINAL_BRPOP_READ = kombu_redis.Channel._brpop_read
 ORIGINAL_LOADS = kombu_redis.loads
 ORIGINAL_DELIVER = kombu_redis.Transport._deliver
-UNDECODABLE_KEY = "utxoflow:undecodable"
-UNDECODABLE_KEEP = 100
+DEAD_LETTERS = "utxoflow:dead-letters"  # the newest records of messages set aside (JSON)
+DEAD_LETTERS_TOTAL = "utxoflow:dead-letters:total"  # how many were, ever
+DEAD_LETTERS_KEEP = 1000
+MAX_MESSAGE_BYTES = 1 << 20  # a message larger than this is set aside unread
+HEAD_BYTES = 200  # a record keeps this much of the message (and of its headers)
 log = logging.getLogger("utxoflow.broker")
 
 
 class Undecodable(ValueError):
-    """A message that is not JSON (a ValueError, as the decode error it replaces: every other
-    caller of the transport's `loads` handles it as before)."""
+    """A message that is not JSON, or too large to read (a ValueError, as the decode error it
+    replaces: every other caller of the transport's `loads` handles it as before)."""
 
-    def __init__(self, raw: Any, cause: Exception) -> None:
-        super().__init__(f"a message that is not JSON: {cause}")
+    def __init__(self, raw: Any, why: str) -> None:
+        super().__init__(why)
         self.raw = raw
 
 
 def _loads(s: Any) -> Any:
+    if isinstance(s, (str, bytes)) and len(s) > MAX_MESSAGE_BYTES:
+        raise Undecodable(s, f"a message of {len(s):,} bytes (at most {MAX_MESSAGE_BYTES:,})")
     try:
         return ORIGINAL_LOADS(s)
     except (ValueError, TypeError) as e:
-        raise Undecodable(s, e) from e
+        raise Undecodable(s, f"a message that is not JSON: {e}") from e
 
 
-def _reject(channel: Any, raw: str | bytes, why: str) -> None:
-    """Drop a message already popped: log it, keep its bytes, and go on consuming."""
-    log.error("rejected %s (%d bytes, kept in the Redis list %s): %r…",
-              why, len(raw), UNDECODABLE_KEY, raw[:80])
+def dead_letter(raw: str | bytes, why: str, headers: Any = None) -> dict[str, Any]:
+    """The record kept of a message set aside: bounded whatever the message's size."""
+    data = raw.encode() if isinstance(raw, str) else raw
+    shown = json.dumps(headers, default=repr)[:HEAD_BYTES] if headers is not None else None
+    return {"at": round(time.time(), 3), "reason": why[:HEAD_BYTES * 2], "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(), "head": data[:HEAD_BYTES].decode("utf-8", "replace"),
+            "headers": shown}
+
+
+def _reject(channel: Any, raw: str | bytes, why: str, headers: Any = None) -> None:
+    """Set aside a message already popped: log it, keep its record, and go on consuming."""
+    record = dead_letter(raw, why, headers)
+    log.error("set aside %s (%d bytes, sha256 %s, listed by `utxo dead-letters`): %r…",
+              why, record["bytes"], record["sha256"][:16], record["head"][:80])
     try:
         with channel.conn_or_acquire() as client:
-            keep = client.pipeline().lpush(UNDECODABLE_KEY, raw)
-            keep.ltrim(UNDECODABLE_KEY, 0, UNDECODABLE_KEEP - 1).execute()
-    except Exception as err:  # keeping a copy is a courtesy; consuming on is what matters
-        log.warning("could not keep the rejected message: %s", err)
+            keep = client.pipeline().lpush(DEAD_LETTERS, json.dumps(record))
+            keep.ltrim(DEAD_LETTERS, 0, DEAD_LETTERS_KEEP - 1).incr(DEAD_LETTERS_TOTAL).execute()
+    except Exception as err:  # keeping a record is a courtesy; consuming on is what matters
+        log.warning("could not keep the record of the message set aside: %s", err)
 
 
 def _brpop_read(self: Any, **options: Any) -> Any:
@@ -86,12 +109,21 @@ _ROUTE = ("exchange", "routing_key")  # what a redelivery of an unacknowledged m
 
 
 def _shape_problem(channel: Any, payload: Any) -> str | None:
-    """Why kombu could not deliver, acknowledge or redeliver `payload` (None: it can)."""
+    """Why kombu could not deliver, acknowledge or redeliver `payload`, or Celery run it
+    without dying (None: they can)."""
     try:
         message = channel.Message(payload, channel=channel)
         info = message.delivery_info
         if not isinstance(info, dict) or not all(isinstance(info.get(k), str) for k in _ROUTE):
             return "no delivery info (exchange and routing key)"
+        headers = message.headers
+        if isinstance(headers, dict) and "task" in headers:  # a task message (protocol 2)
+            if not isinstance(headers.get("id"), str) or not headers["id"]:
+                return "a task message without an id"
+            body = json.loads(message.body)
+            if not (isinstance(body, list) and len(body) == 3 and isinstance(body[0], list)
+                    and isinstance(body[1], dict) and isinstance(body[2], dict)):
+                return "a task message whose body is not [args, kwargs, embed]"
     except Exception as e:  # whatever kombu's reading of it raises
         return f"{type(e).__name__}: {e}"
     return None
@@ -100,7 +132,9 @@ def _shape_problem(channel: Any, payload: Any) -> str | None:
 def _deliver(self: Any, message: Any, queue: Any) -> Any:
     channel = next((c for c in self.channels if c), None)
     if channel is not None and (why := _shape_problem(channel, message)) is not None:
-        _reject(channel, json.dumps(message), f"a message that is not a kombu message ({why})")
+        headers = message.get("headers") if isinstance(message, dict) else None
+        why = f"a message that is not a task message a worker can take ({why})"
+        _reject(channel, json.dumps(message), why, headers)
         return None
     return ORIGINAL_DELIVER(self, message, queue)
 

@@ -6,6 +6,7 @@ returns 0."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
+from typing import Any
 
 import psycopg
 import pytest
@@ -21,7 +23,7 @@ from chain import Tx, parse_block
 from tests.conftest import PG_ADMIN
 from tests.pipeline.chains import Chain, confirmed_model, funding, outpoints, spend
 from tests.pipeline.workers import Pipeline, children, pipeline_fixture, until  # noqa: F401  (fixture)
-from workers.kombu_fix import UNDECODABLE_KEY
+from workers.kombu_fix import DEAD_LETTERS, DEAD_LETTERS_TOTAL
 from workers.sequencer import APPLYING, LEASE, applying_blocks
 
 FUNDS_OUTPUTS = 50  # one record each at UTXO_BATCH_SIZE=50
@@ -280,9 +282,11 @@ def test_garbage_on_the_blocks_queue_leaves_the_worker_alive(pipeline: Pipeline)
     while time.monotonic() < deadline and "Unrecoverable error" not in pipeline.log("w1"):
         time.sleep(0.05)
     assert "Unrecoverable error" not in pipeline.log("w1") and w1.poll() is None, pipeline.log("w1")
-    until(lambda: pipeline.redis.lrange(UNDECODABLE_KEY, 0, -1) == [GARBAGE], 10,
-          why="the rejected message kept for inspection")  # (workers/kombu_fix.py)
-    assert "rejected a message that is not JSON" in pipeline.log("w1")
+    until(lambda: pipeline.redis.llen(DEAD_LETTERS) == 1, 10, why="the message set aside")  # (kombu_fix)
+    (record,) = dead_letters(pipeline)
+    assert record["head"] == GARBAGE.decode() and record["bytes"] == len(GARBAGE), record
+    assert record["sha256"] == hashlib.sha256(GARBAGE).hexdigest() and "not JSON" in record["reason"]
+    assert "set aside a message that is not JSON" in pipeline.log("w1")
     pipeline.enqueue("block", chain.blocks)
     check_complete(pipeline, chain, base)
 
@@ -308,9 +312,21 @@ NOT_KOMBU = {
     "no delivery info": envelope(delivery_info=None),
     "delivery info without a route": envelope(delivery_info={"exchange": ""}),
 }  # fmt: skip
+# task messages that would stop or loop a consumer (issue 40): set aside as well
+TASK = {"task": "utxoflow.block.arrived", "id": "poison-1", "lang": "py"}
+POISON = {
+    "a task message without an id": {**envelope(), "headers": {k: v for k, v in TASK.items() if k != "id"}},
+    "a body that is an object": {**envelope(base64.b64encode(b'{"a": 1}').decode()), "headers": TASK},
+    "a body of two items": {**envelope(base64.b64encode(b'[["x", "y"], {}]').decode()), "headers": TASK},
+    "a body that is not JSON": {**envelope(base64.b64encode(b"\x80pickle").decode()), "headers": TASK},
+}  # fmt: skip
 # kombu messages Celery cannot run: Celery rejects them itself (no task header, a body no task
 # has), and lives on
 NOT_TASKS = [envelope(), envelope(base64.b64encode(b"not json").decode()), {**envelope(), "headers": None}]
+
+
+def dead_letters(pipeline: Pipeline) -> list[dict[str, Any]]:
+    return [json.loads(r) for r in pipeline.redis.lrange(DEAD_LETTERS, 0, -1)]
 
 
 @pytest.mark.timeout(120)
@@ -319,17 +335,33 @@ def test_json_of_any_shape_on_the_blocks_queue_leaves_the_worker_alive(pipeline:
     w1 = pipeline.start_worker("w1")
     pipeline.enqueue("block", chain.blocks[:1])
     check_complete(pipeline, chain, base, upto=1)
-    sent = [json.dumps(m).encode() for m in [*NOT_KOMBU.values(), *NOT_TASKS]]
-    for raw in sent:
+    big = json.dumps(envelope(base64.b64encode(b"[" * (2 << 20)).decode())).encode()  # 2.7 MB
+    aside = [json.dumps(m).encode() for m in [*NOT_KOMBU.values(), *POISON.values()]] + [big]
+    for raw in [*aside, *(json.dumps(m).encode() for m in NOT_TASKS)]:
         pipeline.redis.lpush("blocks", raw)
     until(lambda: pipeline.redis.llen("blocks") == 0, 20, why="the messages taken off the queue")
     pipeline.enqueue("block", chain.blocks[1:])
     check_complete(pipeline, chain, base)
     log = pipeline.log("w1")
     assert w1.poll() is None and "Unrecoverable error" not in log, log
-    kept = [json.loads(r) for r in pipeline.redis.lrange(UNDECODABLE_KEY, 0, -1)]
-    assert sorted(map(json.dumps, kept)) == sorted(json.dumps(m) for m in NOT_KOMBU.values())
-    assert log.count("rejected a message that is not a kombu message") == len(NOT_KOMBU), log
+    assert log.count("Connection to broker lost") == 0, log  # (a missing id once looped the consumer)
+    kept = dead_letters(pipeline)  # a bounded record of each, the newest first
+    assert sorted(k["sha256"] for k in kept) == sorted(hashlib.sha256(r).hexdigest() for r in aside)
+    assert all(len(json.dumps(k)) < 2_000 for k in kept), kept
+    assert int(pipeline.redis.get(DEAD_LETTERS_TOTAL) or 0) == len(aside)
+    for why, m in POISON.items():
+        (k,) = [k for k in kept if k["sha256"] == hashlib.sha256(json.dumps(m).encode()).hexdigest()]
+        assert "not a task message a worker can take" in k["reason"], (why, k)
+        assert '"utxoflow.block.arrived"' in k["headers"], (why, k)
+    (k,) = [k for k in kept if k["bytes"] == len(big)]
+    assert "at most 1,048,576" in k["reason"], k
+    r = pipeline.utxo("dead-letters")
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == len(aside), r.stderr
+    r = pipeline.utxo("status", "--json")
+    assert json.loads(r.stdout)["dead_letters"] == len(aside), r.stdout
+    r = pipeline.utxo("dead-letters", "--drop")
+    assert r.returncode == 0 and json.loads(r.stdout) == {"dropped": len(aside)}, r.stdout + r.stderr
+    assert pipeline.redis.llen(DEAD_LETTERS) == 0 and pipeline.utxo("dead-letters").stdout == ""
 
 
 def test_a_worker_that_dies_exits_non_zero(pipeline: Pipeline) -> None:

@@ -1,6 +1,7 @@
 """`utxo status` (one screen of the deployment, for a person; `--json` for scripts; `--watch`)
 and `utxo metrics` (the same snapshot as Prometheus metrics, printed once or served on a port).
-Both read workers/ops/cluster.py's snapshot: state store and broker, nothing else."""
+Both read workers/ops/cluster.py's snapshot: state store and broker, nothing else. `utxo
+dead-letters` lists (and drops) the messages workers set aside (workers/kombu_fix.py)."""
 
 from __future__ import annotations
 
@@ -138,3 +139,36 @@ def metrics_cmd(obj: Context, port: int | None, address: str) -> int:
     finally:
         server.shutdown()
     return 0
+
+
+@cli.command("dead-letters")
+@click.option("--drop", is_flag=True, help="Drop them (the count of all ever set aside stays).")
+@click.pass_obj
+def dead_letters_cmd(obj: Context, drop: bool) -> None:
+    """The messages workers set aside rather than run (not JSON, not a task message a worker
+    can take, too large), newest first: JSON lines {"at","reason","bytes","sha256","head",
+    "headers"}. With --drop: {"dropped": N}."""
+    import json
+
+    import redis
+
+    from workers.kombu_fix import DEAD_LETTERS
+
+    url = obj.broker_url()
+    try:
+        r = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=10)
+        if drop:
+            pipe = r.pipeline()  # (MULTI: what is listed is what goes)
+            pipe.llen(DEAD_LETTERS)
+            pipe.delete(DEAD_LETTERS)
+            emit({"dropped": int(pipe.execute()[0])})
+            return
+        for raw in r.lrange(DEAD_LETTERS, 0, -1):
+            try:
+                emit(json.loads(raw))
+            except ValueError:  # (not a record of ours: shown as it is)
+                emit({"raw": bytes(raw).decode("utf-8", "replace")[:400]})
+    except redis.RedisError as e:
+        from workers.settings import mask_url
+
+        raise BadInput(f"UTXO_BROKER_URL ({mask_url(url)}): {e}") from e

@@ -21,6 +21,7 @@ from stores.sqldb import mask_url
 from stores.state import BlockStatus, StateStore, open_state_store
 from stores.state.prunejobs import PENDING, RUNNING
 from workers.broker import is_redis
+from workers.kombu_fix import DEAD_LETTERS, DEAD_LETTERS_TOTAL
 from workers.recovery.liveness import ALIVE, TAKEN, UNACKED
 from workers.settings import Settings
 
@@ -137,6 +138,9 @@ def _from_broker(r: redis.Redis, window_s: int, lease_s: float) -> dict[str, Any
     return {
         "queues": {q: queue_length(r, q) for q in QUEUES},
         "unacked": len(unacked),
+        # messages set aside rather than run (workers/kombu_fix.py): listed now, and ever
+        "dead_letters": int(r.llen(DEAD_LETTERS)),
+        "dead_letters_total": int(r.get(DEAD_LETTERS_TOTAL) or 0),
         "workers": workers,
         "rates": {k: round(v, 3) for k, v in rates(r, window_s, now).items()},
         "window_s": window_s,

@@ -97,6 +97,10 @@ def _broker(snap: dict[str, Any]) -> Iterator[Metric]:
                     snap["queues"])
     yield from _gauge("utxoflow_queue_unacked_messages", "Messages taken by a worker, not acknowledged.",
                       snap["unacked"])
+    yield from _gauge("utxoflow_dead_letters", "Messages workers set aside rather than run, listed now "
+                      "(utxo dead-letters).", snap["dead_letters"])
+    yield from _gauge("utxoflow_dead_letters_seen", "Messages workers ever set aside rather than run.",
+                      snap["dead_letters_total"])
     workers = snap["workers"]
     yield from _gauge("utxoflow_workers_alive", "Workers whose liveness key is current.", len(workers))
     yield _labelled("utxoflow_worker_holding_messages", "Unacknowledged messages each live worker holds.",

@@ -74,6 +74,9 @@ def _broker(grid: Table, snap: dict[str, Any]) -> None:
                  f"mempool txs {_rate(r['mempool_txs'])}")
     queues = "   ".join(f"{q} {n:,}" for q, n in snap["queues"].items())
     grid.add_row("queues", f"{queues}   unacked {snap['unacked']:,}")
+    if snap.get("dead_letters"):
+        grid.add_row("", Text(f"{snap['dead_letters']:,} message(s) set aside (utxo dead-letters)",
+                              style="yellow"))
     workers = snap["workers"]
     if not workers:
         grid.add_row("workers", Text("none seen (no liveness key is current)", style="yellow"))
