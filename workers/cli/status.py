@@ -167,7 +167,8 @@ def dead_letters_cmd(obj: Context, drop: bool) -> None:
             try:
                 emit(json.loads(raw))
             except ValueError:  # (not a record of ours: shown as it is)
-                emit({"raw": bytes(raw).decode("utf-8", "replace")[:400]})
+                text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+                emit({"raw": text[:400]})
     except redis.RedisError as e:
         from workers.settings import mask_url
 
