@@ -6,7 +6,10 @@ the recovery manager within a lease, not after UTXO_REQUEUE_AFTER (`RecoveryMana
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +19,43 @@ from tests.pipeline.workers import Pipeline, pipeline_fixture, until  # noqa: F4
 from workers.blockindex import keep_block
 from workers.demochain import block_hash
 from workers.recovery.liveness import TAKEN, UNACKED, held_block_messages, message_ident
+
+
+def tip_height(pipeline: Pipeline) -> int | None:
+    r = pipeline.utxo("tip")
+    return int(json.loads(r.stdout)["height"]) if r.returncode == 0 else None
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_killed_between_taking_a_block_message_and_noting_it(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    """The exact point: the worker has the message (kombu wrote it to `unacked`) and dies before
+    it notes the delivery as its own, so the dead worker's messages that the manager gives back
+    do not include it; the block was sent past the door (not indexed), so the chain looks at
+    rest. Another worker's manager sends it again within a lease."""
+    pipeline.env.update({"UTXO_RECOVERY_LEASE": "6", "UTXO_RECOVERY_SCAN_INTERVAL": "0.5",
+                         "UTXO_REQUEUE_AFTER": "1h"})
+    c = Chain()
+    for _ in range(3):
+        c.add()
+    marker = tmp_path / "parked"
+    w1 = pipeline.start_worker("w1", env={"UTXOFLOW_TEST_PARK": "block_received",
+                                          "UTXOFLOW_TEST_PARK_FILE": str(marker)})
+    (first,) = pipeline.submit("block", c.blocks[:1])
+    until(marker.exists, 30, 0.05, "the worker parked with the message")
+    tags = [t.decode() for t in pipeline.redis.hkeys(UNACKED)]
+    assert len(tags) == 1 and pipeline.redis.hget(TAKEN, tags[0]) is None  # held, not noted
+    os.killpg(w1.pid, signal.SIGKILL)
+    w1.wait()
+    killed_at = time.monotonic()
+    pipeline.start_worker("w2")
+    until(lambda: tip_height(pipeline) == 1, 60, 0.2, "the block applied by the other worker")
+    assert time.monotonic() - killed_at < 40  # a third of a lease and two scans, not an hour
+    assert f"block:{first}" in pipeline.log("w2")
+    pipeline.enqueue("block", c.blocks[1:])
+    pipeline.wait(60)
+    assert pipeline.tip()["height"] == 3
 
 
 @pytest.mark.timeout(120)
