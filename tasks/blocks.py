@@ -20,7 +20,7 @@ from stores.errors import StorageError
 from stores.state import BlockStatus
 from tasks import Refused
 from workers.app import app
-from workers.blockindex import BlockMissing, corrupt
+from workers.blockindex import BlockMissing, CorruptBlock, corrupt
 from workers.sequencer import ChainBusy, Unfinished
 from workers.services import Services, services
 
@@ -84,6 +84,13 @@ def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
         log.error("block %s given up: %s", block_hash, e)
         svc.registry.done(ident)
         return {"hash": block_hash, "status": "missing", "reason": str(e)}
+    except CorruptBlock as e:  # its stored bytes are bad: the same ones at every try
+        if e.block_hash != h:  # another block's, on the way (a reorg's): the chain waits for it
+            log.error("block %s: %s (will retry)", block_hash, e)
+            raise self.retry(countdown=10) from e
+        log.error("block %s given up: %s", block_hash, e)
+        svc.registry.done(ident, refused=(str(e), None))
+        raise Refused(f"block {block_hash} refused: {e}") from None
     except StorageError as e:  # a store is down: the block waits, it is not lost
         log.warning("block %s: %s (will retry)", block_hash, e)
         raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e

@@ -85,10 +85,14 @@ def parsed_bytes(b: Block) -> int:
 parse_block_fast = gc_paused(parse_block)
 
 
+UNREADABLE = "the stored copy"  # a `CorruptBlock`'s reason: the bytes the blob store holds are bad
+
+
 def corrupt(e: BlockEntry) -> bool:
-    """Refused because its transactions do not match its header: another copy of the same
-    block (the same hash) may be the genuine one."""
-    return e.status is BlockStatus.INVALID and (e.reason or "").startswith(BODY_MISMATCH)
+    """Refused because its transactions do not match its header, or its stored bytes do not
+    parse (`CorruptBlock`): another copy of the same block (the same hash) may be the genuine
+    one, and `utxo enqueue` of it replaces the bad one."""
+    return e.status is BlockStatus.INVALID and (e.reason or "").startswith((*BODY_MISMATCH, UNREADABLE))
 
 
 def keep_block(blobs: BlobStore, block_hash: bytes, raw: bytes, block: Block | None = None) -> None:
@@ -107,6 +111,16 @@ def keep_block(blobs: BlobStore, block_hash: bytes, raw: bytes, block: Block | N
     if stored is None or check_block(stored) is not None:
         blobs.delete(key)
         blobs.put_if_absent(key, raw)
+
+
+class CorruptBlock(StorageError):
+    """The bytes the blob store holds for a block do not parse, or are not that block: trying
+    again reads the same bytes. The block is refused as corrupt (`corrupt`) until a good copy
+    is enqueued."""
+
+    def __init__(self, block_hash: bytes, why: str) -> None:
+        super().__init__(f"{UNREADABLE} of block {block_hash[::-1].hex()} {why}: enqueue the block again")
+        self.block_hash = block_hash
 
 
 class BlockMissing(StorageError):
@@ -171,15 +185,15 @@ class Blocks:
         except BlobNotFound:
             raise BlockMissing(h) from None
         except ParseError as e:
-            raise StorageError(f"block {h[::-1].hex()} in the blob store does not parse: {e}") from e
+            raise CorruptBlock(h, f"does not parse ({e})") from e
         self.keep(b)
         return b
 
     def genuine(self, h: bytes) -> Block:
-        """`load`, for a block whose transactions match its header only (StorageError else)."""
+        """`load`, for a block whose transactions match its header only (CorruptBlock else)."""
         b = self.load(h)
         if h not in self._parsed:  # only checked bodies are kept
-            raise StorageError(f"the stored copy of block {h[::-1].hex()} does not match its header")
+            raise CorruptBlock(h, "does not match its header")
         return b
 
     def check(self, b: Block) -> str | None:

@@ -72,6 +72,7 @@ from workers.blockindex import (
     START_UNKNOWN,
     BlockIndex,
     Blocks,
+    CorruptBlock,
     base_height,
 )
 from workers.fanout import Fanout, LocalFanout, settle_block
@@ -409,7 +410,12 @@ class Sequencer:
         assert e.height is not None
         t0 = time.perf_counter()  # (its time covers every phase: loading and planning too)
         self.blocks.passed(e.height)  # the blocks below are applied: parsed, they go first
-        block = self.genuine(e.hash)
+        try:
+            block = self.genuine(e.hash)
+        except CorruptBlock as bad:  # the same bytes every time: refused as corrupt, until a good
+            batch.flush()  # copy is enqueued (`BlockIndex._revive`); the blocks before it stand
+            self._invalidate(e, str(bad))
+            return False
         undo = self.state.get_undo(e.hash)
         if undo is not None and undo.get("state") == "applying":
             settle_block(self.state, e.hash, self.lease_s)

@@ -12,6 +12,8 @@ import pytest
 
 from chain import parse_block
 from chain.build import build_tx
+from stores.blob import open_blob_store
+from stores.blob.protocol import blob_key
 from tests.pipeline.chains import Chain, confirmed_model, funding, outpoints, script, spend
 from tests.pipeline.test_invalid_blocks import missing, patch_header
 from tests.pipeline.workers import Pipeline, pipeline_fixture  # noqa: F401  (the fixture)
@@ -52,7 +54,7 @@ def test_every_invalid_block_is_refused_through_two_workers(pipeline: Pipeline) 
     # sent past `utxo enqueue`'s checks: it refuses those invalid on their own at the door.
     pipeline.enqueue("block", chain.blocks)
     pipeline.submit("block", list(cases.values()))
-    pipeline.wait(240)
+    pipeline.wait(240, refused=len(cases))
     for reason, raw in cases.items():
         r = pipeline.utxo("block", parse_block(raw).hash[::-1].hex())
         assert r.returncode == 0, r.stderr
@@ -67,3 +69,33 @@ def test_every_invalid_block_is_refused_through_two_workers(pipeline: Pipeline) 
     assert tip["hash"] == parse_block(chain.blocks[-1]).hash[::-1].hex()
     assert pipeline.confirmed() == confirmed_model(chain.txs, base)  # nothing of them remains
     assert "Traceback" not in pipeline.logs()
+
+
+@pytest.mark.timeout(180)
+def test_a_stored_block_that_does_not_parse_is_refused_as_corrupt_until_a_good_copy_comes(
+    pipeline: Pipeline,
+) -> None:
+    """Its bytes in the blob store go bad after `utxo enqueue` indexed it (cut short): the
+    holder refuses it as corrupt rather than try the same bytes every 10 s for ever, `utxo wait`
+    says so, and `utxo enqueue` of the good bytes replaces the copy and the chain goes on."""
+    c = Chain()
+    for _ in range(3):
+        c.add()
+    pipeline.enqueue("block", c.blocks)  # stored and indexed at the door; no worker yet
+    hexed = [parse_block(b).hash[::-1].hex() for b in c.blocks]
+    blobs = open_blob_store(pipeline.env["UTXO_BLOB_URL"])
+    key = blob_key(parse_block(c.blocks[1]).hash, "block")
+    blobs.delete(key)
+    assert blobs.put_if_absent(key, c.blocks[1][:100])
+    pipeline.start_worker("w1")
+    (said,) = pipeline.wait(60, refused=1)["refusals"]
+    assert said["key"] == hexed[1] and "the stored copy of block" in said["reason"], said
+    assert "does not parse" in said["reason"] and "enqueue the block again" in said["reason"], said
+    assert pipeline.tip()["hash"] == hexed[0]
+    third = json.loads(pipeline.utxo("block", hexed[2]).stdout)
+    assert third["status"] == "invalid" and third["reason"] == "its parent is invalid", third
+    assert "will retry" not in pipeline.log("w1"), pipeline.log("w1")
+    pipeline.enqueue("block", c.blocks[1:2])  # the good bytes
+    pipeline.wait(60)
+    assert pipeline.tip()["hash"] == hexed[2]
+    assert blobs.get(key) == c.blocks[1]
