@@ -82,7 +82,9 @@ class Conflicts:
         without the spends a crash left it), but its spends are released and its descendants
         walked all the same. A descendant of one this walk marked is noted even if it is
         conflicting already: it marked itself meanwhile, finding its parent conflicting
-        (`workers.mempool.hold_inputs`), and is this block's to give back."""
+        (`workers.mempool.hold_inputs`), and is this block's to give back; so is one found with
+        no record yet (a spender between its spend and its record), which marks itself once
+        its record comes (`restore` passes over it if none ever does)."""
         todo = list(txids)
         seen: set[bytes] = set()
         marked: list[Tx] = []
@@ -95,6 +97,8 @@ class Conflicts:
             try:
                 meta = self.utxo.get(t)
             except TxNotFound:
+                if t in fresh:  # a child between its spend and its record: when the record comes,
+                    self._note([], t)  # it marks itself; a refused block gives it back too
                 continue
             tx = meta.tx
             parents: list[bytes] = []

@@ -24,9 +24,8 @@ Invariants:
   record, marks itself. Either the marking finds the record or the record's read sees the flag.
   A child that marks itself while the block's walk is still going is noted by the walk when it
   reaches it (`Conflicts.make_conflicting`), and a refused block gives it back its spends. One
-  the walk never reached (no record yet) is in no block's undo record: if that block is refused
-  later, its parent gets its spends back and the child stays conflicting. Refused blocks are
-  rare; a child left spendable under a conflicting parent was the common case this closes.
+  the walk found with no record yet (its spend made, as the spender of its parent's output) is
+  noted all the same, so a refused block gives it back too once its record has come.
 """
 
 from __future__ import annotations

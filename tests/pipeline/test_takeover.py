@@ -261,7 +261,8 @@ def test_a_worker_killed_between_a_txs_spend_and_its_record(pipeline: Pipeline) 
         o1, o2 = (funds[0].txid, 0), (funds[1].txid, 0)
         assert store.spenders([o1, o2]) == {o1: x.txid, o2: m.txid} and not store.existing([m.txid])
         pipeline.start_worker("w3", env={"UTXO_REQUEUE_AFTER": "1", "UTXO_REQUEUE_INTERVAL": "1"})
-        pipeline.wait()
+        (said,) = pipeline.wait(refused=1)["refusals"]  # m, with x holding o1
+        assert said["key"] == m.txid_hex and said["rival"] == x.txid_hex, said
         assert store.spenders([o1, o2]) == {o1: x.txid, o2: None} and not store.existing([m.txid])
     finally:
         store.close()
@@ -429,4 +430,29 @@ def test_a_child_that_marked_itself_during_the_walk_is_the_blocks_to_give_back(s
     assert not seq.utxo.get(p.txid).conflicting and not seq.utxo.get(c.txid).conflicting
     assert seq.utxo.spenders([o1, (p.txid, 0)]) == {o1: p.txid, (p.txid, 0): c.txid}
     assert not seq.utxo.get(w.funds[1].txid).locked
+    w.check()
+
+
+def test_a_child_with_no_record_during_the_walk_is_the_blocks_to_give_back(seq: Sequencer) -> None:
+    """c has spent p's output but has no record when a block's swap walks p's tree: the walk
+    finds c as the spender and nothing to mark. c's record comes after, and c marks itself
+    conflicting (its check sees p marked). The walk noted c all the same, so a refused block
+    gives both back (issue 36: c stayed conflicting for good, in no block's undo record)."""
+    w = World(seq)
+    o1 = (w.funds[1].txid, 0)
+    p = spend((w.funds[1], 0))
+    c = spend((p, 0))
+    assert apply_tx(seq.utxo, p) is True
+    height = seq.utxo.current_height()
+    (spent,) = seq.utxo.spend_many([c], height + 1)  # c's spend, not its record (yet)
+    assert isinstance(spent, list)
+    walk = _Walk(seq.utxo)
+    walk.make_conflicting([p.txid])
+    assert walk._undo is not None and walk._undo["conflicted"] == [p.txid.hex(), c.txid.hex()]
+    made = make_record(seq.utxo, c, height)  # c's record: its check finds p marked
+    assert isinstance(made, TxConflicting) and seq.utxo.get(c.txid).conflicting, made
+    walk.restore([bytes.fromhex(h) for h in walk._undo["conflicted"]], seq.utxo.current_height())
+    walk.unlock_swapped()
+    assert not seq.utxo.get(p.txid).conflicting and not seq.utxo.get(c.txid).conflicting
+    assert seq.utxo.spenders([o1, (p.txid, 0)]) == {o1: p.txid, (p.txid, 0): c.txid}
     w.check()
