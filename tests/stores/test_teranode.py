@@ -613,7 +613,9 @@ def test_going_off_the_longest_chain_clears_the_dah(tn: UtxoStore, fx: Fixture) 
 
 
 def test_unlocking_sets_the_dah_again(tn: UtxoStore, fx: Fixture) -> None:
-    """Locking removes the DAH; unlocking applies the rule again. (Before: it stayed gone.)"""
+    """Locking removes the DAH; unlocking applies the rule again. A deliberate difference from
+    Teranode, whose unlock leaves it unset (docs/design.md): a fully spent mined record locked
+    by a conflict swap and unlocked again would never be pruned."""
     tn.set_block_height(100)
     tn.create(fx.tx, 100, [BlockInfo(1, 100)])
     tn.spend_many([child((fx.tx, v)) for v in range(5)], 101)
