@@ -55,6 +55,8 @@ def block_arrived(self: Task, block_hash: str, ident: str) -> dict[str, Any]:
         entry = seq.state.get_block(h)  # indexed by `utxo enqueue` already: not parsed here
         if entry is None or corrupt(entry):
             entry = seq.accept(seq.load(h))  # (waits for the index lease: parsed once)
+        elif entry.status is not BlockStatus.ORPHAN:
+            seq.index.heal(entry)  # (orphans a worker that died while indexing it left below it)
         if entry is None:  # another worker has been indexing for long: later
             raise self.retry(countdown=1.0)
         seq.advance(budget_s=svc.settings.block_task_budget)

@@ -47,6 +47,7 @@ from stores.blob.protocol import BlobNotFound, BlobStore, blob_key
 from stores.errors import StorageError
 from stores.state import BlockChange, BlockEntry, BlockStatus, StateStore
 from stores.utxo.gcpause import gc_paused
+from stores.utxo.twophase import park
 from workers.ops import metrics
 
 log = logging.getLogger("utxoflow.index")
@@ -391,6 +392,7 @@ class BlockIndex:
     def _accept(self, a: Arrival) -> BlockEntry | None:
         known = self.state.get_block(a.hash)
         if known is not None and not (corrupt(known) and a.check() is None):
+            self.heal(known)
             return known
         with self.lease(INDEX_LEASE, 30.0) as mine:
             if not mine:
@@ -401,6 +403,24 @@ class BlockIndex:
             entry = self._revive(a, known) if known is not None else self._add(a)
             self._note_rebase()
             return entry
+
+    def heal(self, known: BlockEntry) -> None:
+        """Place again the orphans left under `known`, if it is no longer an orphan and has
+        any: its own commit and its descendants' are two, and a worker that died between them
+        left them so (a redelivery of its message, or the block enqueued again, comes here)."""
+        if known.status is BlockStatus.ORPHAN or not stranded(self.state, known):
+            return
+        with self.lease(INDEX_LEASE, 30.0) as mine:
+            if not mine:
+                return  # whoever indexes now places them, or the next delivery does
+            now = self.state.get_block(known.hash)
+            if now is None or now.status is BlockStatus.ORPHAN:
+                return
+            below = self.rederive(now, lambda e: e.status is BlockStatus.ORPHAN or placed_again(e))
+            if below:
+                self.state.commit(blocks=below)
+                log.warning("block %s: %d descendant(s) left as orphans placed again", now.hash[::-1].hex(),
+                            len(below))
 
     def _add(self, a: Arrival) -> BlockEntry:
         self._init_from_snapshot()
@@ -438,6 +458,7 @@ class BlockIndex:
             log.warning("block %s is invalid: %s", a.hash_hex, entry.reason)
             if entry.reason != PARENT_INVALID:  # (its parent's refusal is the one to tell)
                 self.state.note_refusal(f"block:{a.hash_hex}", "block", a.hash_hex, entry.reason or "invalid")
+        park("block_indexed")  # test-only: a crash test kills the worker between the two commits
         if entry.status is not BlockStatus.ORPHAN:  # orphans below it: invalid, or connected now
             below = self.rederive(entry, lambda e: e.status is BlockStatus.ORPHAN or placed_again(e))
             self.state.commit(blocks=below)
@@ -517,6 +538,12 @@ class BlockIndex:
         e = self.state.get_block(h)
         assert e is not None
         return e
+
+
+def stranded(state: StateStore, e: BlockEntry) -> bool:
+    """Some child of `e` (a block no longer an orphan) is still an orphan: left so by a
+    worker that died between indexing `e` and placing its descendants (`BlockIndex.heal`)."""
+    return any(k.status is BlockStatus.ORPHAN for k in state.children(e.hash))
 
 
 def placed_again(e: BlockEntry) -> bool:

@@ -13,8 +13,9 @@ A block's task that finds another worker applying the chain indexes its block an
 pending (workers/sequencer.py: the holder re-checks the best chain before it lets go); the
 holder removes the ids of the blocks its passes applied or refused once a pass ends with the
 chain at rest (`done_blocks`). An id left otherwise (a block that stayed an orphan; a holder
-that died) is removed by `utxo wait` once settled — final (applied, side, invalid, orphan)
-while the chain is at rest — or sent again by the requeue scan.
+that died) is removed by `utxo wait` once settled — final (applied, side, invalid, or an orphan
+whose parent is not in the index) while the chain is at rest — or sent again by the requeue
+scan.
 """
 
 from __future__ import annotations
@@ -169,4 +170,8 @@ def _final(state: StateStore, ident: str) -> bool:
         e = state.get_block(hex_to_hash(h))
     except ValueError:  # not an id `utxo enqueue` makes: only its task can settle it
         return False
-    return e is not None and e.status.value in FINAL
+    if e is None or e.status.value not in FINAL:
+        return False
+    if e.status is BlockStatus.ORPHAN:  # final only while its parent is not in the index: one
+        return state.get_block(e.parent) is None  # that is was left so by a worker that died
+    return True

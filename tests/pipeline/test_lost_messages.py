@@ -105,3 +105,41 @@ def test_held_block_messages_reads_the_queue_and_noted_deliveries(pipeline: Pipe
     r.hset(TAKEN, "tag-1", "w9@test")
     assert held_block_messages(r) == idents
     assert message_ident(b"not json") is None and message_ident(json.dumps({"body": "x"})) is None
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_killed_between_indexing_a_block_and_placing_its_orphans(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    """Issue 40: the block's own commit and its orphan descendants' are two; a worker killed
+    between them left the descendants orphans under a connected parent for good (the tip stuck
+    at the block). Whatever takes the block up again (here the next worker's resume message)
+    places them again, and the chain reaches its end."""
+    pipeline.env.update({"UTXO_RECOVERY_LEASE": "3", "UTXO_RECOVERY_SCAN_INTERVAL": "0.5",
+                         "UTXO_REQUEUE_AFTER": "1h"})
+    c = Chain()
+    for _ in range(6):
+        c.add()
+    pipeline.start_worker("w0")
+    pipeline.enqueue("block", c.blocks[:2])
+    pipeline.enqueue("block", c.blocks[3:])  # orphans: their ancestor 3 is unknown
+    assert pipeline.wait(60)["orphans"] == 3
+    pipeline.stop()
+    pipeline.workers.clear()
+    marker = tmp_path / "parked"
+    w1 = pipeline.start_worker("w1", env={"UTXOFLOW_TEST_PARK": "block_indexed",
+                                          "UTXOFLOW_TEST_PARK_FILE": str(marker)})
+    pipeline.submit("block", c.blocks[2:3])  # past the door: the worker indexes it
+    until(marker.exists, 30, 0.05, "the worker parked between the two commits")
+    os.killpg(w1.pid, signal.SIGKILL)
+    w1.wait()
+    state = pipeline.open_state()
+    try:
+        statuses = [e.status.value if e else None for e in (state.get_block(block_hash(b)) for b in c.blocks)]
+    finally:
+        state.close()
+    assert statuses == ["applied", "applied", "pending", "orphan", "orphan", "orphan"], statuses
+    pipeline.start_worker("w2")
+    until(lambda: tip_height(pipeline) == 6, 60, 0.2, "the chain at its end")
+    assert "3 descendant(s) left as orphans placed again" in pipeline.log("w2"), pipeline.log("w2")
+    assert "orphans" not in pipeline.wait(60)
