@@ -5,10 +5,15 @@ and the entry is released with its outcome.
 A tx entry (`tx:<txid>`, a mempool tx enqueued) ends
 - `confirmed` once its record is mined on the best chain (the store's `unmined_since` is clear
   and it has a block);
-- `deleted` when its record is conflicting, when its record is gone after its task made it
-  (pruned or taken back), or when applying it again is refused for good (a double spend);
-- `orphan` when neither its record nor a way to make it (its blob, its parents) has been found
-  for UTXO_RECOVERY_NOT_FOUND_GRACE seconds since it was enqueued (0: never);
+- `deleted` when its record is gone after its task made it (pruned or taken back), or once
+  UTXO_RECOVERY_NOT_FOUND_GRACE seconds have passed since it was enqueued with its record
+  conflicting or applying it again refused (a double spend): until then such a tx is checked
+  again at every scan (outcomes `conflicting`, `refused`), as a block may still mine it (it
+  lost a mempool race its rival later lost to the chain) or a refused block give it back (0:
+  final at once);
+- `orphan` when neither its record nor a way to make it (its blob, its parents, its coinbase
+  mature) has been found for UTXO_RECOVERY_NOT_FOUND_GRACE seconds since it was enqueued (0:
+  never);
 - and stays pending otherwise (unmined, or not found yet), checked again at a later scan.
 An unmined record's inputs are checked to be its own at every scan (`mempool.hold_inputs`: a
 check its task never finished), and a tx found `orphan` frees what a dead attempt of it left.
@@ -33,7 +38,7 @@ from chain import ParseError, hex_to_hash, parse_tx
 from stores.blob.protocol import BlobNotFound, blob_key
 from stores.errors import StorageError
 from stores.state.recovery import DONE, PENDING, RecoveryEntry
-from stores.utxo import TxNotFound, UtxoError
+from stores.utxo import SpendRejected, TxCoinbaseImmature, TxLocked, TxNotFound, UtxoError
 from stores.utxo.twophase import park
 from workers.mempool import apply_tx, give_up, hold_inputs, waiting_for_parents
 from workers.ops import metrics
@@ -58,7 +63,7 @@ def handle(svc: Services, entry: RecoveryEntry) -> Verdict:
 
 def _tx(svc: Services, entry: RecoveryEntry) -> Verdict:
     txid = hex_to_hash(entry.key)
-    verdict = _by_record(svc, txid)
+    verdict = _by_record(svc, entry, txid)
     if verdict is not None:
         return verdict
     if entry.accepted:
@@ -74,17 +79,37 @@ def _tx(svc: Services, entry: RecoveryEntry) -> Verdict:
     applied = apply_tx(svc.utxo, tx)  # (the refusal, or whether this call made the record)
     if not isinstance(applied, UtxoError):
         svc.registry.done(entry.ident, accepted=True)
-        return _by_record(svc, txid) or Verdict(PENDING, "processed again: accepted", True)
-    if waiting_for_parents(applied):
-        verdict = _not_found(svc, entry, f"its parents are not in the store ({applied})")
+        return _by_record(svc, entry, txid) or Verdict(PENDING, "processed again: accepted", True)
+    if waiting_for_parents(applied) or _immature(applied):  # (both may pass with time)
+        verdict = _not_found(svc, entry, f"its parents are not in the store or not spendable yet ({applied})")
         if verdict.status == "orphan":  # final now: what a dead attempt of it left is freed
             give_up(svc.utxo, tx, applied)
         return verdict
     svc.registry.done(entry.ident)
-    return Verdict("deleted", f"deleted: refused ({applied})")
+    return _after_grace(svc, entry, "refused", str(applied))
 
 
-def _by_record(svc: Services, txid: bytes) -> Verdict | None:
+def _immature(refused: UtxoError) -> bool:
+    """A spend refused only for coinbases not mature yet: valid some blocks later."""
+    return isinstance(refused, SpendRejected) and all(
+        isinstance(e, (TxCoinbaseImmature, TxNotFound, TxLocked)) for _v, e in refused.errors
+    )
+
+
+def _after_grace(
+    svc: Services, entry: RecoveryEntry, word: str, detail: str = "", seen: bool = False
+) -> Verdict:
+    """`deleted` (for `word`: refused, conflicting) once UTXO_RECOVERY_NOT_FOUND_GRACE has
+    passed since the tx was enqueued (or the grace is 0); until then pending, under the outcome
+    `word`, to be checked again (see the module)."""
+    grace = svc.settings.recovery_not_found_grace
+    why = f" ({detail})" if detail else ""
+    if grace <= 0 or time.time() - entry.stored_at >= grace:
+        return Verdict("deleted", f"deleted: {word}{why}", seen)
+    return Verdict(PENDING, f"{word}: checked again until {grace:.0f} s after it came{why}", seen)
+
+
+def _by_record(svc: Services, entry: RecoveryEntry, txid: bytes) -> Verdict | None:
     """The verdict its record gives (None: no record)."""
     try:
         meta = svc.utxo.get(txid)
@@ -94,13 +119,13 @@ def _by_record(svc: Services, txid: bytes) -> Verdict | None:
     except TxNotFound:
         return None
     if meta.conflicting:
-        return Verdict("deleted", "deleted: conflicting", True)
+        return _after_grace(svc, entry, "conflicting", seen=True)
     if meta.block_ids and meta.unmined_since is None:
         return Verdict("confirmed", f"confirmed: mined at height {max(meta.block_heights, default=0)}", True)
     if meta.tx is not None:  # its inputs still its own (workers/mempool.py: a check cut short)
         held = hold_inputs(svc.utxo, meta.tx, svc.utxo.current_height())
         if held is not None and not waiting_for_parents(held):
-            return Verdict("deleted", f"deleted: conflicting ({held})", True)
+            return _after_grace(svc, entry, "conflicting", str(held), seen=True)
     return Verdict(PENDING, "unmined: in the store, not mined yet", True)
 
 
