@@ -272,7 +272,7 @@ class Sequencer:
                     a = None if a.hash == h else self.state.get_block(a.parent)
                 e = self.state.get_block(h)
                 assert e is not None
-            self._invalidate(e, reason)
+            self._invalidate(e, reason, logged=False)
             out = self.state.get_block(h)
             assert out is not None
             return out
@@ -298,6 +298,7 @@ class Sequencer:
                 return []
             changes = self.index.reconsidered(root)
             self.state.commit(blocks=changes)
+            self.state.forget_refusals([f"block:{c.hash[::-1].hex()}" for c in changes])
         placed = [self.state.get_block(c.hash) for c in changes]
         return [b for b in placed if b is not None]
 
@@ -577,8 +578,9 @@ class Sequencer:
         )
         metrics.block_disconnected()
 
-    def _invalidate(self, e: BlockEntry, reason: str) -> None:
-        """Refuse a block: it and every descendant are invalid (one commit), nothing of it stays."""
+    def _invalidate(self, e: BlockEntry, reason: str, logged: bool = True) -> None:
+        """Refuse a block: it and every descendant are invalid (one commit), nothing of it stays;
+        `logged`: in the refusal log too (not an operator's own verdict, `invalidate`)."""
         log.warning("block %s is invalid: %s", e.hash[::-1].hex(), reason,
                     extra={"block": e.hash[::-1].hex(), "height": e.height, "phase": "refused"})
         bad = BlockEntry(
@@ -589,8 +591,9 @@ class Sequencer:
             *self.index.rederive(bad, lambda k: k.status is not BlockStatus.INVALID),
         ]
         self.state.commit(blocks=changes, undo={e.hash: None}, meta={APPLYING: None}, deltas={e.hash: None})
-        hexed = e.hash[::-1].hex()
-        self.state.note_refusal(f"block:{hexed}", "block", hexed, reason)  # (before its message goes)
+        if logged:
+            hexed = e.hash[::-1].hex()
+            self.state.note_refusal(f"block:{hexed}", "block", hexed, reason)  # (before its message goes)
         self._settled.update(c.hash for c in changes)
         metrics.blocks_refused(len(changes))
 

@@ -236,6 +236,9 @@ class StateStore(Protocol):
     def note_refusal(self, ident: str, kind: str, key: str, reason: str, rival: str | None = None) -> None:
         """Log a refusal on its own (a block's: stores/state/refusals.py)."""
 
+    def forget_refusals(self, idents: Sequence[str]) -> None:
+        """Drop the logged refusals of these ids (blocks an operator reconsidered)."""
+
     def refusals_since(self, seq: int, limit: int = 1000) -> list[Refusal]:
         """The refusals logged after `seq`, oldest first, at most `limit`."""
 

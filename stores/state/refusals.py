@@ -83,6 +83,14 @@ class RefusalLog:
     def note_refusal(self, ident: str, kind: str, key: str, reason: str, rival: str | None = None) -> None:
         self.db.write("note refusal", lambda cur: note_refusal(self.db, cur, ident, kind, key, reason, rival))
 
+    def forget_refusals(self, idents: Sequence[str]) -> None:
+        def unit(cur: Any) -> None:
+            for ident in idents:
+                forget_refusal(self.db, cur, ident)
+
+        if idents:
+            self.db.write("forget refusals", unit)
+
     def refusals_since(self, seq: int, limit: int = 1000) -> list[Refusal]:
         def q(cur: Any) -> list[Refusal]:
             sql = f"SELECT {COLS} FROM refusals WHERE seq > ? ORDER BY seq LIMIT ?"

@@ -123,7 +123,7 @@ def test_a_two_worker_run_seen_through_metrics_status_and_the_dashboard(pipeline
     bad = bytearray(chain.next_block([spend(outs[199])]))
     bad[36] ^= 1  # (the header's merkle root)
     pipeline.submit("block", [bytes(bad)])
-    pipeline.wait()
+    pipeline.wait(refused=1)
     assert total(workers(), "utxoflow_blocks_refused_total") == 1
 
     tip = pipeline.tip()

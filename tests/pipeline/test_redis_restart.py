@@ -151,7 +151,7 @@ def test_wait_waits_across_a_restart_and_a_starting_worker_resends(
     time.sleep(1.0)
     assert waiter.poll() is None, "utxo wait returned although nothing was processed"
     r = pipeline.utxo("wait", "--timeout", "0.3")
-    assert (r.returncode, json.loads(r.stdout)) == (1, {"done": False, "pending": 5}), r.stderr
+    assert (r.returncode, json.loads(r.stdout)) == (1, {"done": False, "pending": 5, "refused": 0}), r.stderr
 
     pipeline.start_worker("w1")
     code, out = wait_result(waiter, 80)
@@ -174,7 +174,7 @@ def test_the_workers_resend_what_a_restart_lost_with_no_beat(pipeline: Pipeline,
     pipeline._start("r1", ["worker", "-n", "r1@test", "-Q", "recovery"], b"ready", "worker")
     time.sleep(1.5)  # its start-up scan has run: nothing was pending then
     pipeline.enqueue("block", chain.blocks)
-    assert queued(pipeline) == len(chain.blocks)
+    assert queued(pipeline) >= len(chain.blocks)  # (and the manager's message taking the chain up)
     broker.kill()  # every message is gone with the old run (the scan below says so: "lost with
     broker.start()  # an earlier broker run"; what is queued at once may be its re-sends already)
     # (the blocks are indexed by `utxo enqueue`: the manager may add a message that takes the

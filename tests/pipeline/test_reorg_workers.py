@@ -187,7 +187,7 @@ def test_a_refused_block_through_workers_leaves_the_tip(pipeline: Pipeline) -> N
     chain.add([a])
     bad = chain.next_block([spend((funds[0], 0), fee=7)])  # spends what `a` spent: refused
     pipeline.enqueue("block", [*chain.blocks, bad])
-    pipeline.wait()
+    pipeline.wait(refused=1)
     assert tip_hash(pipeline) == parse_block(chain.blocks[-1]).hash[::-1].hex()
     r = pipeline.utxo("block", parse_block(bad).hash[::-1].hex())
     assert r.returncode == 0 and '"status": "invalid"' in r.stdout and "already spent" in r.stdout, r.stdout
