@@ -47,7 +47,7 @@ GIVEN_BACK, RESENT, TAKEN_UP = ("message", "given back"), ("message", "re-sent")
 COUNTED = (GIVEN_BACK, RESENT, TAKEN_UP)
 FAILED_SCANS = 3  # scans in a row that fail before a leader lets go (and waits a lease)
 LOST_SEEN_S = 4.0  # a block message held by no one in two scans this far apart is lost (`_lost_blocks`)
-LOST_SCAN = 1000  # pending block messages looked at per scan
+LOST_SCAN = 500  # pending block messages looked at per scan
 
 # (claimed, holder) → what became of each
 Dispatch = Callable[[list[RecoveryEntry], str], list[dict[str, Any]]]
@@ -168,8 +168,10 @@ class RecoveryManager:
         if not old:
             self._unheld = {}
             return {}
-        held = self.held()
-        unheld = [e for e in old if e.ident not in held and not self._indexed(e.key)]
+        # (indexed first: in a catch-up every pending block is, and the queues are not read)
+        unindexed = [e for e in old if not self._indexed(e.key)]
+        held = self.held() if unindexed else set()
+        unheld = [e for e in unindexed if e.ident not in held]
         seen, self._unheld = self._unheld, {}
         resent = []
         for e in unheld:
