@@ -1,7 +1,6 @@
-"""The pruner's job manager (seed 002 on Celery, ARCHITECTURE "Pruning"): requests, the one run
-at a time, and the loop that takes jobs until the slot is empty. A run's phases are
-`workers.prunerun`'s; the slot, lock and history live in the state store
-(`stores.state.prunejobs`).
+"""The pruner's job manager (Teranode's pruner service on Celery, ARCHITECTURE "Pruning"): requests,
+the one run at a time, and the loop that takes jobs until the slot is empty. A run's phases are
+`workers.prunerun`'s; the slot, lock and history live in the state store (`stores.state.prunejobs`).
 
 Invariants:
 - Every block that reaches the best chain, set-mined done (its batch committed), requests a run

@@ -1,4 +1,4 @@
-"""One pruning run at a height (seed 002, "a run"): the checks, preserving parents, deleting
+"""One pruning run at a height (Teranode's pruner service, "a run"): the checks, preserving parents, deleting
 what is due, and the block bodies below the retention.
 
 Invariants:

@@ -1,10 +1,11 @@
-"""Settings: every variable of CONTRACT.md's settings table and the seeds' configuration tables,
+"""Settings: every variable of the README's settings table and of the designs followed (Teranode's
+pruner and lock records, the transaction-recovery service's design),
 read from the environment under the `UTXO_` prefix (a `.env` file in the working directory is
 honoured; the real environment wins over it, explicit overrides win over both).
 
 Names are the field names upper-cased with the prefix: `store_url` ↔ `UTXO_STORE_URL`.
 Durations are seconds (an integer or decimal; `500ms`, `30s`, `10m`, `1h` are accepted too, as
-the seeds write them). `unmined_tx_retention` defaults to half of `block_height_retention`.
+those designs write them). `unmined_tx_retention` defaults to half of `block_height_retention`.
 
 `load_settings(**overrides)` is the entry point; a bad value raises SettingsError (a ValueError)
 whose message names the variable, e.g. `UTXO_BATCH_SIZE: must be greater than 0 (got '0')`.
@@ -90,7 +91,7 @@ class Settings(BaseSettings):
     metrics_address: str = "0.0.0.0"  # …on this address (a scrape comes from another host)
     log_json: bool = False  # log lines are JSON objects (one per line), for shipping as they are
 
-    # -- pruner (seed 002) -----------------------------------------------------------------------
+    # -- pruner (Teranode's pruner service) --------------------------------------------------------
     pruner_job_timeout: PositiveSeconds = 600.0
     pruner_chunk_size: PositiveInt = 1000
     pruner_chunk_group_limit: PositiveInt = 10
@@ -101,7 +102,7 @@ class Settings(BaseSettings):
     parent_preservation_blocks: PositiveInt = 14400
     disable_dah_cleaner: bool = False
 
-    # -- recovery (seed 004; workers/recovery/) -------------------------------------------------
+    # -- recovery (the transaction-recovery service's design; workers/recovery/) -------------------
     recovery_enabled: bool = True  # workers of the `recovery` queue contend to run the manager
     recovery_ttl: Seconds = 30.0
     recovery_scan_interval: PositiveSeconds = 5.0
@@ -117,7 +118,7 @@ class Settings(BaseSettings):
     requeue_after: PositiveSeconds = 300.0  # a message pending this long is sent again (longer than a block)
     requeue_interval: PositiveSeconds = 10.0  # how often workers (and `utxo beat`) send the re-sending scan
 
-    # -- lock records of two-phase creation (seed 000), seconds -----------------------------------
+    # -- lock records of two-phase creation (Teranode's lock-record pattern), seconds --------------
     lock_base_ttl: PositiveInt = 30
     lock_per_record_ttl: NonNegativeInt = 2
     lock_max_ttl: PositiveInt = 300

@@ -1,5 +1,5 @@
 """The recovery manager's claims (`recovery`) and its outcome counters (`recovery_counts`), for
-SQLite and PostgreSQL (seed 004; workers/recovery/).
+SQLite and PostgreSQL (the transaction-recovery service's design; workers/recovery/).
 
 An entry is a transaction enqueued as a mempool tx (`tx:<txid>`, added with its pending message)
 or a half-done multi-record creation the manager found (`creation:<txid>`). A tx entry moves

@@ -1,5 +1,5 @@
-"""External transactions: raw bytes in the blob store, metadata and slots in the record (seed 003
-"External Blob Storage").
+"""External transactions: raw bytes in the blob store, metadata and slots in the record (Teranode's
+UTXO data model "External Blob Storage").
 
 A transaction is external when it is larger than UTXO_MAX_TX_SIZE_IN_STORE, spans more than one
 record, or UTXO_EXTERNALIZE_ALL is set. Its blob is `<xx>/<txid>.tx`: the transaction in BIP-239

@@ -1,4 +1,4 @@
-"""The packed UTXO slots of a record, as the data model defines them (seed 003).
+"""The packed UTXO slots of a record, as the data model defines them (Teranode's UTXO data model).
 
 A record's `utxos` is a byte string of fixed 68-byte slots, slot i for output i of the page:
     [0:32]  UTXO hash (all zero: no slot — a data carrier, or an output a snapshot left out)

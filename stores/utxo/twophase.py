@@ -1,5 +1,5 @@
-"""Two-phase creation of a transaction that spans several records (seed 000), written once for
-every backend: it drives a store through the record-level calls of `PagedRecords`.
+"""Two-phase creation of a transaction that spans several records (Teranode's lock-record pattern),
+written once for every backend: it drives a store through the record-level calls of `PagedRecords`.
 
     1. lock    take the creation lock for the txid (create-only, TTL 30 s + 2 s per record,
                at most 300 s); a live lock held by another creator → TxExists

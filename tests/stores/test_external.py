@@ -1,5 +1,5 @@
 """Conformance: external transactions of one record — raw bytes in the blob store, metadata and
-slots in the record (seed 003 "External Blob Storage"), on every store backend."""
+slots in the record (Teranode's UTXO data model "External Blob Storage"), on every store backend."""
 
 from __future__ import annotations
 

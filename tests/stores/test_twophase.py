@@ -1,5 +1,5 @@
-"""Conformance: transactions spanning several records (two-phase creation, seed 000) and their
-external blobs, on every store backend × every blob backend.
+"""Conformance: transactions spanning several records (two-phase creation, Teranode's lock-record
+pattern) and their external blobs, on every store backend × every blob backend.
 
 The store under test keeps PAGE (4) outputs per record, so a 10-output transaction has a master
 (outputs 0–3) and two children (4–7, 8–9). Crash points with real SIGKILLs are in

@@ -1,2 +1,3 @@
-"""The recovery manager (seed 004): leader election, leased claims of what a crash left behind,
-and giving back what dead workers and lost messages held; run inside workers and by `utxo recover`."""
+"""The recovery manager (the transaction-recovery service's design): leader election, leased claims
+of what a crash left behind, and giving back what dead workers and lost messages held; run inside
+workers and by `utxo recover`."""

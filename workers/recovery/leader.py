@@ -1,4 +1,4 @@
-"""Who runs the recovery manager: one leader at a time (seed 004).
+"""Who runs the recovery manager: one leader at a time (the transaction-recovery service's design).
 
 On a PostgreSQL state store the leader holds `pg_try_advisory_lock(UTXO_RECOVERY_ADVISORY_LOCK_ID)`
 on a connection of its own: the lock dies with that connection, so a leader that dies (or loses

@@ -1,5 +1,5 @@
-"""The recovery manager (seed 004): one leader at a time scans for what a dead worker, a lost
-message or a crash left behind, and has it finished.
+"""The recovery manager (the transaction-recovery service's design): one leader at a time scans for
+what a dead worker, a lost message or a crash left behind, and has it finished.
 
 Every UTXO_RECOVERY_SCAN_INTERVAL seconds a manager tries to lead (workers/recovery/leader.py);
 while it leads, each scan

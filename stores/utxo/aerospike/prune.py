@@ -1,9 +1,9 @@
-"""Pruning on Aerospike: deleting the records whose delete-at-height has come (seed 002, phase 2),
-expired preservations and old unmined transactions. The rules are the kernel's (`kernel.dah.
-is_due`, `spenders`, `stable_spender`; `kernel.state.add_deleted_child` and
-`expire_preservation` as the Lua module's `add_child` and `set_state`); this module finds, reads
-and removes. There is no lock across records: each step below is atomic per record, and the
-order of the steps is what keeps a crash or a race harmless.
+"""Pruning on Aerospike: deleting the records whose delete-at-height has come (Teranode's pruner
+service, phase 2), expired preservations and old unmined transactions. The rules are the kernel's
+(`kernel.dah.is_due`, `spenders`, `stable_spender`; `kernel.state.add_deleted_child` and
+`expire_preservation` as the Lua module's `add_child` and `set_state`); this module finds, reads and
+removes. There is no lock across records: each step below is atomic per record, and the order of the
+steps is what keeps a crash or a race harmless.
 
 Invariants:
 - Due records are found by the secondary index on `deleteAtHeight` (only masters carry it) and

@@ -69,7 +69,7 @@ def first_mining_sql(height: int, retention: int) -> str:
     )
 
 
-# -- pruning: which due record may go now (the pruner's rules, seed 002) ------------------------
+# -- pruning: which due record may go now (the pruner's rules, Teranode's pruner service) ----------
 
 
 def is_due(rec: Record, height: int) -> bool:

@@ -1,5 +1,5 @@
-"""Pruning on SQL: deleting the records whose delete-at-height has come (seed 002, phase 2), one
-chunk per write unit. The rules are the kernel's (`kernel.dah.is_due`, `spenders`,
+"""Pruning on SQL: deleting the records whose delete-at-height has come (Teranode's pruner service,
+phase 2), one chunk per write unit. The rules are the kernel's (`kernel.dah.is_due`, `spenders`,
 `stable_spender`, `kernel.state.add_deleted_child`); this module only loads, locks and writes.
 
 Invariants:

@@ -97,8 +97,9 @@ CREATE TABLE IF NOT EXISTS script_utxos (
 
 META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
-# Lock records of two-phase creation (seed 000): create-only, one per txid, with an expiry so a
-# dead holder's lock lapses. Kept apart from `txs` so a lock never looks like a record.
+# Lock records of two-phase creation (Teranode's lock-record pattern): create-only, one per txid,
+# with an expiry so a dead holder's lock lapses. Kept apart from `txs` so a lock never looks like a
+# record.
 LOCKS = """
 CREATE TABLE IF NOT EXISTS tx_locks (
     txid {blob} PRIMARY KEY,
