@@ -279,3 +279,28 @@ def test_a_burst_indexed_ahead_keeps_its_highest_blocks_for_the_take_over(
         assert {(u.txid, u.vout) for u in b.utxo.iter_utxos(confirmed=True)} == confirmed_model(c.txs)
     finally:
         b.state.close()
+
+
+def test_an_orphan_under_a_known_parent_is_never_settled(seq: Sequencer) -> None:
+    """Issue 40: an orphan left under a parent that is in the index (a worker died between the
+    parent's commit and its descendants') is not final: `utxo wait` must not call it done while
+    the chain could still take it (it did, and returned 0 with the tip stuck below)."""
+    c = Chain()
+    for _ in range(3):
+        c.add()
+    h = [parse_block(raw).hash for raw in c.blocks]
+    seq.submit(c.blocks[0])
+    seq.accept(seq.store_block(c.blocks[2]))  # an orphan: its parent is unknown
+    settled = BlockSettled(seq.state)
+    orphan = f"block:{h[2][::-1].hex()}"
+    assert settled([orphan]) == [orphan]  # final while its parent is unknown
+    # its parent indexed and applied, the orphan left as it was (as a death between the two
+    # commits leaves it): the chain is at rest, and the orphan still waits for no reason
+    seq.blocks.store(c.blocks[1])
+    first = seq.state.get_block(h[0])
+    assert first is not None and first.work is not None
+    seq.state.add_block(h[1], h[0], 2, first.work + 1, BlockStatus.PENDING, 1)
+    seq.advance()
+    tip, stuck = seq.state.tip(), seq.state.get_block(h[2])
+    assert tip is not None and tip.hash == h[1] and stuck is not None and stuck.status is BlockStatus.ORPHAN
+    assert settled([orphan]) == []

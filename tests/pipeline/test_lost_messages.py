@@ -27,13 +27,16 @@ def tip_height(pipeline: Pipeline) -> int | None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("in_unacked", [True, False], ids=["unacked-not-noted", "popped-not-unacked"])
 def test_a_worker_killed_between_taking_a_block_message_and_noting_it(
-    pipeline: Pipeline, tmp_path: Path
+    pipeline: Pipeline, tmp_path: Path, in_unacked: bool
 ) -> None:
     """The exact point: the worker has the message (kombu wrote it to `unacked`) and dies before
     it notes the delivery as its own, so the dead worker's messages that the manager gives back
-    do not include it; the block was sent past the door (not indexed), so the chain looks at
-    rest. Another worker's manager sends it again within a lease."""
+    do not include it; or (its `unacked` entry removed by hand, issue 40's reproduction) it
+    died between popping the message and kombu's write, so the message is nowhere. The block
+    was sent past the door (not indexed), so the chain looks at rest. Another worker's manager
+    sends it again within a lease."""
     pipeline.env.update({"UTXO_RECOVERY_LEASE": "6", "UTXO_RECOVERY_SCAN_INTERVAL": "0.5",
                          "UTXO_REQUEUE_AFTER": "1h"})
     c = Chain()
@@ -46,6 +49,9 @@ def test_a_worker_killed_between_taking_a_block_message_and_noting_it(
     until(marker.exists, 30, 0.05, "the worker parked with the message")
     tags = [t.decode() for t in pipeline.redis.hkeys(UNACKED)]
     assert len(tags) == 1 and pipeline.redis.hget(TAKEN, tags[0]) is None  # held, not noted
+    if not in_unacked:
+        pipeline.redis.hdel(UNACKED, tags[0])
+        pipeline.redis.zrem("unacked_index", tags[0])
     os.killpg(w1.pid, signal.SIGKILL)
     w1.wait()
     killed_at = time.monotonic()
