@@ -51,7 +51,12 @@ def _chain(grid: Table, snap: dict[str, Any]) -> None:
     line.append(f"{lag:,} blocks", style="bold red" if lag > 1 else "bold green")
     grid.add_row("chain", line)
     blocks = "  ".join(f"{k} {v:,}" for k, v in c["blocks"].items()) or "none"
-    doing = f"applying {len(c['applying'])} block(s)" if c["applying"] else "at rest"
+    if c["applying"]:
+        doing = f"applying {len(c['applying'])} block(s)"
+    elif lag:  # (between two passes, or nobody holds the chain: the recovery manager takes it up)
+        doing = "not applying now, blocks to apply"
+    else:
+        doing = "at rest"
     if c["disconnecting"]:
         doing = f"disconnecting {_short(bytes.fromhex(c['disconnecting'])[::-1].hex())}"
     holder = f" by {c['holder']}" if c["holder"] else ""
