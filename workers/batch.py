@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from stores.state import BlockEntry, Commitment, StateStore
 
 if TYPE_CHECKING:
-    from workers.sequencer import Sequencer
+    from stores.utxo import UtxoStore
 
 APPLYING = "applying"  # state meta: the blocks being applied now, in order (space-separated hashes)
 
@@ -50,11 +50,21 @@ class Applied:
     had_delta: bool = False  # a prepared delta was stored for it (taken or not): it goes with the commit
 
 
+class Holder(Protocol):
+    """What a batch needs of the chain's holder (`workers.sequencer.Sequencer`)."""
+
+    fuse: bool  # blocks share one UTXO-store transaction
+    utxo: UtxoStore
+
+    def _renew(self) -> None: ...
+    def _finish(self, done: list[Applied], still: list[bytes] | None = None) -> None: ...
+
+
 class Batch:
     """Blocks applied in one UTXO-store transaction, in order, and their state-store step
     committed after it (see the module's invariants)."""
 
-    def __init__(self, seq: Sequencer) -> None:
+    def __init__(self, seq: Holder) -> None:
         self.seq = seq
         self.done: list[Applied] = []
         self.hashes: list[bytes] = []

@@ -22,7 +22,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from chain import Block
 from stores.errors import StorageError
@@ -30,18 +30,24 @@ from stores.lease import holder_gone, holder_id
 from stores.state import StateStore
 from stores.state.chunks import CANCELLED, DONE, HELD
 
-if TYPE_CHECKING:
-    from workers.blockapply import BlockApplier
-
-
 log = logging.getLogger("utxoflow.fanout")
 Result = dict[str, Any]
+
+
+class UnitRunner(Protocol):
+    """What a fanout needs of the applier whose units it runs (`workers.blockapply.BlockApplier`)."""
+
+    @property
+    def heartbeat(self) -> Callable[[], None]:  # renews the chain lease while units run
+        ...
+
+    def execute(self, block: Block, phase: str, ctx: dict[str, int], spec: dict[str, Any]) -> Result: ...
 
 
 class Fanout(Protocol):
     local: bool  # every unit runs in this process (no other worker writes for the block)
 
-    def run(self, applier: BlockApplier, block: Block, phase: str, ctx: dict[str, int],
+    def run(self, applier: UnitRunner, block: Block, phase: str, ctx: dict[str, int],
             specs: list[dict[str, Any]]) -> list[Result]:
         """Every unit's result, in unit order (a refused unit's result has `refused`)."""
 
@@ -51,7 +57,7 @@ class LocalFanout:
 
     local = True
 
-    def run(self, applier: BlockApplier, block: Block, phase: str, ctx: dict[str, int],
+    def run(self, applier: UnitRunner, block: Block, phase: str, ctx: dict[str, int],
             specs: list[dict[str, Any]]) -> list[Result]:
         out = []
         for spec in specs:
@@ -63,7 +69,7 @@ class LocalFanout:
         return out
 
 
-def work_units(state: StateStore, applier: BlockApplier, block_hash: bytes, get_block: Callable[[], Block],
+def work_units(state: StateStore, applier: UnitRunner, block_hash: bytes, get_block: Callable[[], Block],
                phase: str, run: str, ctx: dict[str, int], holder: str, ttl_s: float,
                take_over: str | None = None, beat: Callable[[], None] | None = None) -> int:
     """Claim and run units of a posting until none is left to claim; how many this ran. A unit
@@ -112,7 +118,7 @@ class TaskFanout:
         self.poll_s = poll_s
         self.share_from = max(2, share_from)  # units a phase needs before it is shared at all
 
-    def run(self, applier: BlockApplier, block: Block, phase: str, ctx: dict[str, int],
+    def run(self, applier: UnitRunner, block: Block, phase: str, ctx: dict[str, int],
             specs: list[dict[str, Any]]) -> list[Result]:
         if len(specs) < self.share_from or self.max_helpers == 0:  # run here: no board, no messages
             return LocalFanout().run(applier, block, phase, ctx, specs)
@@ -159,7 +165,7 @@ class TaskFanout:
             log.warning("could not send %s helper tasks for block %s: %s", phase, block.hash_hex, e)
 
 
-def help_with(state: StateStore, applier: BlockApplier, load: Callable[[bytes], Block], block_hex: str,
+def help_with(state: StateStore, applier: UnitRunner, load: Callable[[bytes], Block], block_hex: str,
               phase: str, run: str, ctx: dict[str, int], ttl_s: float = 120.0) -> int:
     """A helper task's work: run units of the posting until none is left; how many it ran.
     `load` must give only a block whose transactions match its header (Sequencer.genuine): a

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from stores.blob.protocol import BlobStore
@@ -30,41 +29,11 @@ from stores.state import StateStore
 from stores.state.prunejobs import CANCELLED, COMPLETED, FAILED, PruneJob, Requested
 from stores.utxo import UtxoStore
 from workers.ops import metrics
-from workers.prunerun import LeaseLost, PruneRun, Skip, work_chunks
+from workers.prunerun import LeaseLost, PrunerConfig, PruneRun, Skip, work_chunks
 
 log = logging.getLogger("utxoflow.pruner")
 
 RUN_TASK = "utxoflow.prune.run"
-
-
-@dataclass(frozen=True)
-class PrunerConfig:
-    retention: int  # UTXO_BLOCK_HEIGHT_RETENTION (0: nothing is ever pruned)
-    unmined_tx_retention: int
-    parent_preservation_blocks: int
-    chunk_size: int = 1000
-    chunk_group_limit: int = 10
-    progress_log_interval: float = 30.0
-    defensive: bool = False
-    job_timeout: float = 600.0
-    lease_s: float = 30.0
-    dah_cleaner: bool = True  # False: runs preserve parents but delete nothing (UTXO_DISABLE_DAH_CLEANER)
-    auto: bool = True  # blocks request runs (off with the DAH cleaner disabled)
-
-    @classmethod
-    def from_settings(cls, s: Any) -> PrunerConfig:
-        return cls(
-            retention=s.block_height_retention,
-            unmined_tx_retention=s.unmined_tx_retention,
-            parent_preservation_blocks=s.parent_preservation_blocks,
-            chunk_size=s.pruner_chunk_size,
-            chunk_group_limit=s.pruner_chunk_group_limit,
-            progress_log_interval=s.pruner_progress_log_interval,
-            defensive=s.pruner_defensive_enabled,
-            job_timeout=s.pruner_job_timeout,
-            dah_cleaner=not s.disable_dah_cleaner,
-            auto=not s.disable_dah_cleaner and s.block_height_retention > 0,
-        )
 
 
 class Pruner:

@@ -34,7 +34,8 @@ import logging
 import os
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from stores.blob.protocol import blob_key
 from stores.errors import StorageError
@@ -44,9 +45,56 @@ from stores.state.prunejobs import PruneJob
 from stores.utxo.records import PruneResult
 
 if TYPE_CHECKING:
-    from workers.pruner import Pruner
+    from collections.abc import Callable
+
+    from stores.blob.protocol import BlobStore
+    from stores.state import StateStore
+    from stores.utxo import UtxoStore
 
 log = logging.getLogger("utxoflow.pruner")
+
+
+@dataclass(frozen=True)
+class PrunerConfig:
+    retention: int  # UTXO_BLOCK_HEIGHT_RETENTION (0: nothing is ever pruned)
+    unmined_tx_retention: int
+    parent_preservation_blocks: int
+    chunk_size: int = 1000
+    chunk_group_limit: int = 10
+    progress_log_interval: float = 30.0
+    defensive: bool = False
+    job_timeout: float = 600.0
+    lease_s: float = 30.0
+    dah_cleaner: bool = True  # False: runs preserve parents but delete nothing (UTXO_DISABLE_DAH_CLEANER)
+    auto: bool = True  # blocks request runs (off with the DAH cleaner disabled)
+
+    @classmethod
+    def from_settings(cls, s: Any) -> PrunerConfig:
+        return cls(
+            retention=s.block_height_retention,
+            unmined_tx_retention=s.unmined_tx_retention,
+            parent_preservation_blocks=s.parent_preservation_blocks,
+            chunk_size=s.pruner_chunk_size,
+            chunk_group_limit=s.pruner_chunk_group_limit,
+            progress_log_interval=s.pruner_progress_log_interval,
+            defensive=s.pruner_defensive_enabled,
+            job_timeout=s.pruner_job_timeout,
+            dah_cleaner=not s.disable_dah_cleaner,
+            auto=not s.disable_dah_cleaner and s.block_height_retention > 0,
+        )
+
+
+class Pruner(Protocol):
+    """What a run needs of its pruner (`workers.pruner.Pruner`): its stores, settings, and how
+    it shares chunks."""
+
+    utxo: UtxoStore
+    state: StateStore
+    blobs: BlobStore
+    config: PrunerConfig
+    shared: bool
+    send: Callable[[str, list[Any]], None] | None
+    start_known: Callable[[], bool]
 # Test-only: seconds a run waits after each unit of its delete phase, so that a test can kill
 # the process running it mid-run whatever the machine's speed (unset: no wait).
 UNIT_DELAY_ENV = "UTXOFLOW_TEST_PRUNE_UNIT_DELAY"
