@@ -27,6 +27,9 @@ close restores its unacknowledged messages, which asks the detached transport fo
 AttributeError — not a connection error, so nothing ignores it, and the worker's main process
 exits ("Unrecoverable error") instead of reconnecting.
 
+The patches replace private attributes of kombu: kombu is pinned to the version they were written
+for (pyproject.toml), and `apply` checks the version and the attributes first.
+
 Invariants: nothing changes while the transport is attached. Detached, the channel's
 connection parameters raise redis's ConnectionError, one of the transport's connection errors,
 which every caller on the close path already ignores; the messages that could not be restored
@@ -145,7 +148,31 @@ def _connparams(self: Any, asynchronous: bool = False) -> Any:
     return ORIGINAL(self, asynchronous=asynchronous)
 
 
+TESTED = "5.7."  # the kombu these patches were written and tested for (pyproject pins it)
+PATCHED = (("Channel", "_connparams"), ("Channel", "_brpop_read"), ("Transport", "_deliver"))
+
+
+def kombu_problem(version: str) -> str | None:
+    """Why the patches below cannot be trusted on this kombu (another version, or a private
+    attribute they replace gone), or None."""
+    if not version.startswith(TESTED):
+        return (f"workers/kombu_fix.py patches kombu {TESTED}x's Redis transport, and this is kombu "
+                f"{version}: install the version pyproject.toml pins")
+    missing = [f"{c}.{a}" for c, a in PATCHED if not hasattr(getattr(kombu_redis, c), a)]
+    if missing or not hasattr(kombu_redis, "loads"):
+        lacks = ", ".join(missing) or "loads"
+        return f"kombu {version}'s Redis transport lacks {lacks}: workers/kombu_fix.py cannot patch it"
+    return None
+
+
 def apply() -> None:
+    """Patch kombu (see the module); RuntimeError naming the problem on a kombu they were not
+    written for: a worker refuses to start rather than run with bugs the patches hide."""
+    import kombu
+
+    problem = kombu_problem(kombu.__version__)
+    if problem is not None:
+        raise RuntimeError(problem)
     kombu_redis.Channel._connparams = _connparams  # type: ignore[method-assign]
     kombu_redis.loads = _loads  # type: ignore[assignment]
     kombu_redis.Channel._brpop_read = _brpop_read  # type: ignore[method-assign]

@@ -10,6 +10,7 @@ import pytest
 
 from chain import parse_block
 from tests.cli.conftest import Result, run_utxo
+from tests.conftest import REDIS
 from workers.broker import server_problem, url_problem
 
 BAD = {
@@ -23,7 +24,7 @@ BAD = {
     " ": "it is empty",
     "redis://127.0.0.1:6379/0;bar://h:1": "URL 2 of 2: unknown scheme 'bar'",
 }
-LOCAL_REDIS = "redis://127.0.0.1:6379"  # the suite's Redis (.ci/run starts one)
+LOCAL_REDIS = REDIS  # the suite's Redis (.ci/run starts one at 6379; UTXOFLOW_TEST_REDIS)
 COMMANDS = [("enqueue", "block", "block.hex"), ("enqueue", "tx", "tx.hex"), ("worker",), ("beat",),
             ("flower",)]
 

@@ -19,12 +19,12 @@ import pytest
 import redis
 
 from tests.cli.conftest import ROOT, run_utxo, utxo_command
-from tests.conftest import free_port
+from tests.conftest import REDIS, free_port
 from tests.pipeline.chains import commitment_model
 from workers.demochain import SNAPSHOT_HEIGHT, generate
 
 SMALL = ["--blocks", "4", "--txs-per-block", "40", "--workers", "2"]
-LOCAL_REDIS = "redis://127.0.0.1:6379"
+LOCAL_REDIS = REDIS
 
 
 def demo_env(broker: str) -> dict[str, str]:

@@ -16,6 +16,7 @@ import redis
 from chain import iter_blk_records, parse_block, parse_header
 from stores.state import open_state_store
 from tests.cli.conftest import PREVOUTS, SNAPSHOT_HEIGHT, Result, run_utxo
+from tests.conftest import REDIS
 from workers.ingest import below_snapshot_block, read_blocks
 from workers.localredis import claim_database
 from workers.registry import Registry
@@ -55,7 +56,7 @@ class Door:
 
 @pytest.fixture
 def door(tmp_path: Path) -> Iterator[Door]:
-    claimed = claim_database("redis://127.0.0.1:6379/0")
+    claimed = claim_database(f"{REDIS}/0")
     env = {
         "UTXO_STORE_URL": f"sqlite:///{tmp_path}/utxo.db",
         "UTXO_STATE_URL": f"sqlite:///{tmp_path}/state.db",

@@ -19,6 +19,7 @@ from prometheus_client import REGISTRY
 from stores.blob import BlobNotFound, open_blob_store
 from stores.blob.observed import off_error, on_error
 from stores.errors import StorageError
+from tests.conftest import REDIS
 from workers.localredis import claim_database
 from workers.ops import activity
 from workers.ops.logs import JsonFormatter
@@ -106,7 +107,7 @@ def test_json_log_lines_carry_the_fields_a_line_was_given() -> None:
 
 @pytest.fixture
 def broker() -> Iterator[str]:
-    claimed = claim_database("redis://127.0.0.1:6379/0")
+    claimed = claim_database(f"{REDIS}/0")
     try:
         yield claimed.url
     finally:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REDIS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -17,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_bench_pipeline_reports_its_fields() -> None:
     r = subprocess.run(
         [sys.executable, "-m", "bench.pipeline", "--blocks", "3", "--txs-per-block", "40",
-         "--redis", "redis://127.0.0.1:6379/0"],
+         "--redis", f"{REDIS}/0"],
         cwd=ROOT, capture_output=True, text=True, timeout=280,
     )
     assert r.returncode == 0, r.stderr[-3000:]
@@ -50,7 +52,7 @@ def test_bench_prune_prunes_every_due_record_and_reports_its_fields() -> None:
 def test_bench_pipeline_prune_compares_pruning_on_and_off() -> None:
     r = subprocess.run(
         [sys.executable, "-m", "bench.pipeline", "--prune", "--blocks", "14", "--txs-per-block", "30",
-         "--redis", "redis://127.0.0.1:6379/0"],
+         "--redis", f"{REDIS}/0"],
         cwd=ROOT, capture_output=True, text=True, timeout=280,
     )
     assert r.returncode == 0, r.stderr[-3000:]

@@ -18,6 +18,7 @@ from chain import parse_block
 from stores.blob import open_blob_store
 from stores.state import open_state_store
 from stores.utxo import open_utxo_store
+from tests.conftest import REDIS
 from workers.sequencer import Sequencer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,7 +79,7 @@ def test_the_check_tells_a_right_store_from_a_wrong_one(tmp_path: Path) -> None:
 
 def _bench(*args: str) -> dict:
     r = subprocess.run(
-        [sys.executable, "-m", "bench.scaleout", "--redis", "redis://127.0.0.1:6379/0", *args],
+        [sys.executable, "-m", "bench.scaleout", "--redis", f"{REDIS}/0", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=280,
     )
     assert r.returncode == 0, r.stderr[-3000:]

@@ -45,3 +45,15 @@ def test_kombu_unpatched_still_has_the_bug(broker: RedisServer, monkeypatch: pyt
     conn, ch = detached_channel_holding_a_message(broker.url)
     with pytest.raises(AttributeError, match="hostname"):
         conn.maybe_close_channel(ch)
+
+
+def test_the_patches_refuse_a_kombu_they_were_not_written_for() -> None:
+    """kombu is pinned (pyproject.toml) and checked before the patches go on: another version is
+    refused with a line that says which and what to do (issue 37)."""
+    import kombu
+
+    from workers.kombu_fix import kombu_problem
+
+    assert kombu_problem(kombu.__version__) is None
+    said = kombu_problem("5.8.0")
+    assert said is not None and "kombu 5.8.0" in said and "pins" in said

@@ -21,6 +21,7 @@ from chain import Tx
 from stores.state import StateStore, open_state_store
 from stores.utxo import UtxoStore, open_utxo_store
 from tests.aerospike_server import drop_set, needs_aerospike, new_url
+from tests.conftest import REDIS
 from tests.pipeline.chains import Chain, seed
 from workers.localredis import claim_database
 from workers.registry import Registry
@@ -269,9 +270,10 @@ def any_pipeline_fixture(request: pytest.FixtureRequest, pipeline: Pipeline) -> 
 
 @pytest.fixture(name="pipeline")
 def pipeline_fixture(tmp_path: Path) -> Iterator[Pipeline]:
-    # An empty database of the Redis at 6379 claimed for this test, emptied at the end only while
-    # the claim is still its own: no one else's data is touched (`workers.localredis`).
-    claimed = claim_database("redis://127.0.0.1:6379/0")
+    # An empty database of the suite's Redis (UTXOFLOW_TEST_REDIS) claimed for this test, emptied at
+    # the end only while the claim is still its own: no one else's data is touched
+    # (`workers.localredis`).
+    claimed = claim_database(f"{REDIS}/0")
     p = Pipeline(tmp_path, claimed.url)
     try:
         yield p
