@@ -69,7 +69,7 @@ def test_a_task_retried_on_a_store_error_counts_the_error_by_its_code() -> None:
     store's error is what is counted (tasks/blocks.py retries exactly so)."""
     from celery.exceptions import Retry
 
-    from workers.app import count_retry
+    from workers.hooks import count_retry
 
     before = sample("utxoflow_store_errors_total", kind="STORAGE_ERROR")
     try:
