@@ -47,7 +47,6 @@ from stores.blob.protocol import BlobNotFound, BlobStore, blob_key
 from stores.errors import StorageError
 from stores.state import BlockChange, BlockEntry, BlockStatus, StateStore
 from stores.utxo.gcpause import gc_paused
-from stores.utxo.twophase import park
 from workers.ops import metrics
 
 log = logging.getLogger("utxoflow.index")
@@ -458,14 +457,19 @@ class BlockIndex:
             log.warning("block %s is invalid: %s", a.hash_hex, entry.reason)
             if entry.reason != PARENT_INVALID:  # (its parent's refusal is the one to tell)
                 self.state.note_refusal(f"block:{a.hash_hex}", "block", a.hash_hex, entry.reason or "invalid")
-        park("block_indexed")  # test-only: a crash test kills the worker between the two commits
-        if entry.status is not BlockStatus.ORPHAN:  # orphans below it: invalid, or connected now
-            below = self.rederive(entry, lambda e: e.status is BlockStatus.ORPHAN or placed_again(e))
-            self.state.commit(blocks=below)
-            refused += sum(c.status is BlockStatus.INVALID for c in below)
+        refused += self._place_below(entry)  # (a second commit: `heal` finishes it after a crash)
         if refused:
             metrics.blocks_refused(refused)
         return entry
+
+    def _place_below(self, entry: BlockEntry) -> int:
+        """The orphans below a block just added placed where it places them (invalid, or
+        connected now); how many of them are invalid."""
+        if entry.status is BlockStatus.ORPHAN:
+            return 0
+        below = self.rederive(entry, lambda e: e.status is BlockStatus.ORPHAN or placed_again(e))
+        self.state.commit(blocks=below)
+        return sum(c.status is BlockStatus.INVALID for c in below)
 
     def _revive(self, a: Arrival, known: BlockEntry) -> BlockEntry:
         """The genuine block after a corrupted copy of it was indexed as invalid (the same header

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from chain import Tx, hash_to_hex
-from stores.utxo import Ignore, TxNotFound, UtxoError, UtxoStore, twophase
+from stores.utxo import Ignore, TxNotFound, UtxoError, UtxoStore
 from stores.utxo.records import Spend
 
 log = logging.getLogger("utxoflow.blocks")
@@ -105,10 +105,7 @@ class Conflicts:
             if tx is not None and not tx.is_coinbase and lock and (not meta.conflicting or self._holds(tx)):
                 parents = self._unlocked(sorted({i.prev_txid for i in tx.inputs}))
             self._note(parents, None if meta.conflicting and t not in fresh else t)
-            if not meta.conflicting:
-                self.utxo.set_conflicting([t], True)
-                log.info("tx %s is conflicting with the chain", hash_to_hex(t))
-            twophase.park("conflict_swap")  # (a crash test stops here: marked, spends still held)
+            self._mark(t, meta.conflicting)  # (its spends still held: released at the end)
             if tx is not None:
                 marked.append(tx)
                 outs = self.utxo.get_outputs([(t, v) for v in range(len(tx.outputs))])
@@ -118,6 +115,12 @@ class Conflicts:
                 todo += kids
         for tx in reversed(marked):
             self.release([tx], lock=lock)
+
+    def _mark(self, t: bytes, already: bool) -> None:
+        """One tx of a swap's tree made conflicting (noted in the undo record before)."""
+        if not already:
+            self.utxo.set_conflicting([t], True)
+            log.info("tx %s is conflicting with the chain", hash_to_hex(t))
 
     def _holds(self, tx: Tx) -> bool:
         """`tx` is the stored spender of one of its inputs at least."""

@@ -76,10 +76,6 @@ _threads: Any = None  # this worker's WorkerThreads, once it is ready
 def note_taken(request: Any = None, **_: Any) -> None:
     """Each message a worker receives is noted as its own (by delivery tag), so that the
     recovery manager can give it back at once if this worker dies (workers/recovery/liveness.py)."""
-    from stores.utxo.twophase import park
-
-    if getattr(request, "name", None) == "utxoflow.block.arrived":
-        park("block_received")  # test-only: a crash test kills the worker here, the message un-noted
     # (Celery's request keeps only some of the delivery info: the tag is the message's own)
     tag = getattr(getattr(request, "message", None), "delivery_tag", None)
     if _threads is not None and tag:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -95,9 +94,6 @@ class Pruner(Protocol):
     shared: bool
     send: Callable[[str, list[Any]], None] | None
     start_known: Callable[[], bool]
-# Test-only: seconds a run waits after each unit of its delete phase, so that a test can kill
-# the process running it mid-run whatever the machine's speed (unset: no wait).
-UNIT_DELAY_ENV = "UTXOFLOW_TEST_PRUNE_UNIT_DELAY"
 
 CHUNK_TASK = "utxoflow.prune.chunk"
 PHASE = "prune"
@@ -213,8 +209,6 @@ class PruneRun:
                 total.add(r)
             fig.update(seen=fig["seen"] + seen, chunks=fig["chunks"] + len(chunks), **total.to_json())
             self.renew()
-            if delay := float(os.environ.get(UNIT_DELAY_ENV) or 0):
-                time.sleep(delay)
             if cfg.progress_log_interval and time.monotonic() - self._logged >= cfg.progress_log_interval:
                 self._logged = time.monotonic()
                 log.info("prune job %d: %d records seen, %d deleted so far",

@@ -27,11 +27,9 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from chain import Tx, hash_to_hex
@@ -45,21 +43,6 @@ from stores.utxo.kernel.record import Record, meta_of
 from stores.utxo.records import BlockInfo, CreationLock, TxMeta
 
 log = logging.getLogger("utxoflow.twophase")
-
-# Test-only: a crash test sets these to park the creating process at one point of the protocol
-# (it writes the marker file, then sleeps until it is killed).
-PARK_ENV = "UTXOFLOW_TEST_PARK"
-PARK_FILE_ENV = "UTXOFLOW_TEST_PARK_FILE"
-
-
-def park(point: str) -> None:
-    if os.environ.get(PARK_ENV) != point:
-        return
-    marker = os.environ.get(PARK_FILE_ENV)
-    if marker:
-        Path(marker).write_text(f"{os.getpid()} {point}\n")
-    while True:
-        time.sleep(3600)
 
 
 class PagedRecords(Protocol):
@@ -165,16 +148,13 @@ def begin_creation(
     lock = store.acquire_creation_lock(txid, pages, opts)
     if lock is None:
         raise TxExists(f"tx {hash_to_hex(txid)} is being created by another worker", txid=txid)
-    park("after_lock")
     try:
         state = store.creation_state(txid)
         if state is not None and not state.creating:
             raise TxExists(f"tx {hash_to_hex(txid)} already exists", txid=txid)
         store.external.put_tx(tx)
-        park("after_blob")
         if state is None or 0 not in state.pages:
             store.create_master(rec, options=opts)
-        park("after_page:1")
     except BaseException:
         _release_quietly(store, lock)
         raise
@@ -198,7 +178,6 @@ def write_pages(store: PagedRecords, tx: Tx, indexes: Iterable[int], frozen: boo
         if k <= 0:
             continue  # the master is written by begin_creation
         made += store.create_page(create.page(tx, k, store.batch_size, frozen))
-        park(f"after_page:{k + 1}")
     return made
 
 
@@ -206,7 +185,6 @@ def end_creation(store: PagedRecords, creation: Creation) -> bool:
     """Steps 4–5: release the lock, then clear the flags. True when the transaction is now
     complete; False when phase 2 failed (recovery finishes it; this is logged, not raised)."""
     store.release_creation_lock(creation.lock)
-    park("between_phases")
     return commit(store, creation.txid)
 
 
@@ -214,7 +192,6 @@ def commit(store: PagedRecords, txid: bytes) -> bool:
     """Phase 2: children first, then the master (which checks that every page exists)."""
     try:
         store.clear_creating_children(txid)
-        park("mid_phase2")
         return store.clear_creating_master(txid)
     except StoreError as e:
         log.warning("tx %s created but its creating flag is not cleared yet: %s", hash_to_hex(txid), e)

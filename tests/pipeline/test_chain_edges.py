@@ -14,11 +14,11 @@ import pytest
 
 from chain import iter_blk_records, parse_block
 from stores.state import BlockStatus
-from stores.utxo import twophase
 from tests.pipeline.chains import SNAPSHOT_HASH, SNAPSHOT_HEIGHT, Chain, spend
 from tests.pipeline.test_chain_steps import short_memory
 from tests.pipeline.world import World
 from workers.blockindex import START_UNKNOWN
+from workers.conflicts import Conflicts
 from workers.sequencer import DISCONNECTING, Sequencer
 
 
@@ -71,16 +71,18 @@ class Killed(BaseException):
 
 
 def die_at_park(monkeypatch: pytest.MonkeyPatch, nth: int = 1) -> None:
-    """The process dies at the `nth` conflict_swap park point it reaches."""
+    """The process dies once a conflict swap has marked its `nth` transaction conflicting, its
+    spends still held (`Conflicts._mark`)."""
     seen = [0]
+    mark = Conflicts._mark
 
-    def park(point: str) -> None:
-        if point == "conflict_swap":
-            seen[0] += 1
-            if seen[0] == nth:
-                raise Killed()
+    def dying(self: Conflicts, t: bytes, already: bool) -> None:
+        mark(self, t, already)
+        seen[0] += 1
+        if seen[0] == nth:
+            raise Killed()
 
-    monkeypatch.setattr(twophase, "park", park)
+    monkeypatch.setattr(Conflicts, "_mark", dying)
 
 
 def coinbase_spent_then_reorged(seq: Sequencer, w: World) -> tuple[Chain, bytes]:

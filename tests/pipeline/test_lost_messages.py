@@ -15,7 +15,7 @@ import pytest
 
 from stores.blob import open_blob_store
 from tests.pipeline.chains import Chain
-from tests.pipeline.workers import Pipeline, pipeline_fixture, until  # noqa: F401  (fixture)
+from tests.pipeline.workers import Pipeline, faults, pipeline_fixture, until  # noqa: F401  (fixture)
 from workers.blockindex import keep_block
 from workers.demochain import block_hash
 from workers.recovery.liveness import TAKEN, UNACKED, held_block_messages, message_ident
@@ -43,8 +43,7 @@ def test_a_worker_killed_between_taking_a_block_message_and_noting_it(
     for _ in range(3):
         c.add()
     marker = tmp_path / "parked"
-    w1 = pipeline.start_worker("w1", env={"UTXOFLOW_TEST_PARK": "block_received",
-                                          "UTXOFLOW_TEST_PARK_FILE": str(marker)})
+    w1 = pipeline.start_worker("w1", env=faults("block_received", marker))
     (first,) = pipeline.submit("block", c.blocks[:1])
     until(marker.exists, 30, 0.05, "the worker parked with the message")
     tags = [t.decode() for t in pipeline.redis.hkeys(UNACKED)]
@@ -133,8 +132,7 @@ def test_a_worker_killed_between_indexing_a_block_and_placing_its_orphans(
     pipeline.stop()
     pipeline.workers.clear()
     marker = tmp_path / "parked"
-    w1 = pipeline.start_worker("w1", env={"UTXOFLOW_TEST_PARK": "block_indexed",
-                                          "UTXOFLOW_TEST_PARK_FILE": str(marker)})
+    w1 = pipeline.start_worker("w1", env=faults("block_indexed", marker))
     pipeline.submit("block", c.blocks[2:3])  # past the door: the worker indexes it
     until(marker.exists, 30, 0.05, "the worker parked between the two commits")
     os.killpg(w1.pid, signal.SIGKILL)

@@ -23,7 +23,7 @@ from chain import Tx
 from stores.blob import open_blob_store
 from tests.aerospike_server import needs_aerospike
 from tests.pipeline.chains import SNAPSHOT_HEIGHT, Chain, confirmed_model, funding, outpoints, spend
-from tests.pipeline.workers import ROOT, Pipeline, pipeline_fixture, until  # noqa: F401  (the fixture)
+from tests.pipeline.workers import ROOT, Pipeline, faults, pipeline_fixture, until  # noqa: F401  (the fixture)
 from workers.sequencer import Sequencer
 
 RET = 10
@@ -223,7 +223,7 @@ def test_a_worker_killed_mid_run_leaves_the_job_to_the_next_run(pipeline: Pipeli
     boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
     pipeline.env.update(
         UTXO_BLOCK_HEIGHT_RETENTION=str(RET), UTXO_PRUNER_CHUNK_SIZE="2", UTXO_EXTERNALIZE_ALL="true",
-        UTXOFLOW_TEST_PRUNE_UNIT_DELAY="0.02",
+        **faults(prune_delay=0.02),
         UTXO_BLOB_URL=f"s3://{bucket}/b?endpoint_url={s3_endpoint}&region=us-east-1",
         AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
     )

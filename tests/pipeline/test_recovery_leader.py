@@ -17,7 +17,7 @@ from typing import IO, Any
 
 import pytest
 
-from tests.pipeline.workers import Pipeline, pipeline_fixture, until  # noqa: F401  (the fixture)
+from tests.pipeline.workers import Pipeline, faults, pipeline_fixture, until  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.timeout(180)
 LEASE = 2.0
@@ -114,7 +114,7 @@ def test_claims_of_a_killed_manager_come_back_after_the_lease(managed: Pipeline)
     state.recovery_add("tx", keys)  # no record, no blob: each is "not found" when handled
     state.close()
     parked = managed.tmp / "parked"
-    env = {**managed.env, "UTXOFLOW_TEST_PARK": "recovery_handle", "UTXOFLOW_TEST_PARK_FILE": str(parked)}
+    env = {**managed.env, **faults("recovery_handle", parked)}
     first = subprocess.Popen([sys.executable, "-m", "workers.cli", "recover", "--once"], env=env,
                              cwd=managed.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     until(parked.exists, 30, why="the first manager holding its claims")

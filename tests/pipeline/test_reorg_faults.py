@@ -19,15 +19,15 @@ from chain import parse_block
 from tests.conftest import PG_ADMIN
 from tests.pipeline.test_reorg_workers import check_branch, check_tree, conflicting, seed_tree, story
 from tests.pipeline.trees import Tree, make_tree
-from tests.pipeline.workers import Pipeline, children, pipeline_fixture, until  # noqa: F401
+from tests.pipeline.workers import Pipeline, children, faults, pipeline_fixture, until  # noqa: F401
 from workers.sequencer import APPLYING
 
 
 def park_env(path: Path) -> dict[str, str]:
     """A worker's environment that parks the process making a conflict swap, once it has marked
     the first transaction conflicting and before it released that one's spends
-    (`workers.blockapply.make_conflicting`), writing its pid to `path`."""
-    return {"UTXOFLOW_TEST_PARK": "conflict_swap", "UTXOFLOW_TEST_PARK_FILE": str(path)}
+    (`workers.conflicts.Conflicts._mark`), writing its pid to `path`."""
+    return faults("conflict_swap", path)
 
 
 def kill_when_parked(pipeline: Pipeline, worker_index: int, marker: Path) -> None:

@@ -27,7 +27,7 @@ from stores.utxo.records import Spend
 from tests.aerospike_server import drop_set, needs_aerospike, new_url
 from tests.pipeline.chains import confirmed_model, funding, outpoints, spend
 from tests.pipeline.conftest import drop_tables
-from tests.pipeline.workers import Pipeline, children, pipeline_fixture, until  # noqa: F401
+from tests.pipeline.workers import Pipeline, children, faults, pipeline_fixture, until  # noqa: F401
 from tests.pipeline.world import World
 from workers.blockapply import BlockApplier
 from workers.conflicts import Conflicts
@@ -241,7 +241,7 @@ def test_a_worker_killed_between_a_txs_spend_and_its_record(pipeline: Pipeline) 
     funds = funding(3)
     chain = pipeline.seed(funds)
     marker = pipeline.tmp / "parked"
-    park = {"UTXOFLOW_TEST_PARK": "tx_spent", "UTXOFLOW_TEST_PARK_FILE": str(marker)}
+    park = faults("tx_spent", marker)
     pipeline.start_worker("w1", env=park)
     m = spend((funds[0], 0), (funds[1], 0))
     pipeline.enqueue("tx", [m.raw])

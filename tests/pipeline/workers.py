@@ -29,6 +29,19 @@ from workers.registry import Registry
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def faults(point: str | None = None, marker: Path | None = None, prune_delay: float = 0) -> dict[str, str]:
+    """The environment that injects a fault into a process a test starts (tests/faults): park at
+    `point` (writing its pid to `marker`), or slow a pruning run by `prune_delay` s a unit."""
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "faults")])}
+    if point is not None:
+        env["UTXOFLOW_TEST_PARK"] = point
+        if marker is not None:
+            env["UTXOFLOW_TEST_PARK_FILE"] = str(marker)
+    if prune_delay:
+        env["UTXOFLOW_TEST_PRUNE_UNIT_DELAY"] = str(prune_delay)
+    return env
+
+
 class Pipeline:
     def __init__(self, tmp: Path, broker: str) -> None:
         self.tmp = tmp

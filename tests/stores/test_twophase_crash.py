@@ -2,8 +2,8 @@
 
 A child process creates a transaction that spans three records (batch size 4; 11 outputs, so
 pages 0 and 1 hold 4 slots and page 2 holds 3; vout 6, in page 1, is a data carrier's empty
-slot) and parks at one point of the protocol (`stores.utxo.twophase.park`). The test then kills
-it — or, on the lock-expiry path, leaves it parked, alive and stuck — and shows:
+slot) and parks at one point of the protocol (wrapped on its store by the creating script).
+The test then kills it — or, on the lock-expiry path, leaves it parked, alive and stuck — and shows:
 
 (a) no output of the half-made transaction can be spent, and the failed attempt spends nothing;
 then recovers by one of three paths, each its own test: a retried create (by another worker
@@ -48,7 +48,6 @@ from stores.utxo import (
     open_utxo_store,
 )
 from stores.utxo.sqlite import sqlite_path
-from stores.utxo.twophase import PARK_ENV, PARK_FILE_ENV
 from tests.stores.helpers import script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,10 +82,14 @@ Options = dict[str, bool]  # keyword options of the child's create (frozen, conf
 DEFAULT_TTL = (30.0, 2.0, 300.0)  # the store's own: a lock of 3 records lives 36 s
 FAST_TTL = (1.0, 0.0, 1.0)  # lock-expiry path: a lock lives 1 s
 
+PARK_ENV, PARK_FILE_ENV = "UTXOFLOW_TEST_PARK", "UTXOFLOW_TEST_PARK_FILE"
+
 # The creating process: opens the same store and creates the transaction once; prints the outcome
-# as one JSON line. With UTXOFLOW_TEST_PARK set it never gets that far: it parks at that point.
+# as one JSON line. With UTXOFLOW_TEST_PARK set it never gets that far: it parks at that point of
+# the protocol — after the record-level call that ends there, wrapped on this store (the code
+# under test reads no test setting).
 CHILD = """
-import json, sys
+import json, os, sys, time
 from chain import parse_tx
 from stores.utxo import UtxoError, open_utxo_store
 
@@ -95,6 +98,37 @@ store = open_utxo_store(
     url, batch_size=int(batch), blob_url=blob_url, lock_base_ttl=float(base),
     lock_per_record_ttl=float(per), lock_max_ttl=float(cap),
 )
+point = os.environ.get("UTXOFLOW_TEST_PARK")
+
+def park():
+    with open(os.environ["UTXOFLOW_TEST_PARK_FILE"], "w") as f:
+        f.write(f"{os.getpid()} {point}\\n")
+    while True:
+        time.sleep(3600)
+
+def then_park(owner, name, when=lambda out, *a: True):
+    call = getattr(owner, name)
+    def wrapped(*args, **kwargs):
+        out = call(*args, **kwargs)
+        if when(out, *args):
+            park()
+        return out
+    setattr(owner, name, wrapped)
+
+if point == "after_lock":
+    then_park(store, "acquire_creation_lock", lambda lock, *a: lock is not None)
+elif point == "after_blob":
+    then_park(store.external, "put_tx")
+elif point == "after_page:1":
+    then_park(store, "create_master")
+elif point and point.startswith("after_page:"):
+    then_park(store, "create_page", lambda out, rec: rec.page + 1 == int(point.split(":")[1]))
+elif point == "between_phases":
+    then_park(store, "release_creation_lock")
+elif point == "mid_phase2":
+    then_park(store, "clear_creating_children")
+elif point:
+    sys.exit(f"no park point {point!r}")
 try:
     meta = store.create(parse_tx(bytes.fromhex(raw)), int(height), **json.loads(options))
     print(json.dumps({"ok": True, "creating": meta.creating, "pages": meta.total_extra_recs + 1}))

@@ -39,7 +39,6 @@ from stores.blob.protocol import BlobNotFound, blob_key
 from stores.errors import StorageError
 from stores.state.recovery import DONE, PENDING, RecoveryEntry
 from stores.utxo import SpendRejected, TxCoinbaseImmature, TxLocked, TxNotFound, UtxoError
-from stores.utxo.twophase import park
 from workers.mempool import apply_tx, give_up, hold_inputs, waiting_for_parents
 from workers.ops import metrics
 from workers.services import Services
@@ -155,7 +154,6 @@ def release_all(svc: Services, entries: list[RecoveryEntry]) -> list[dict[str, A
     no longer this holder's, so nothing was recorded)."""
     out = []
     for e in entries:
-        park("recovery_handle")  # test-only: a crash test kills the handler here, claims held
         try:
             status, outcome, seen = handle(svc, e)
         except StorageError as err:
