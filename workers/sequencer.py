@@ -129,7 +129,7 @@ class Sequencer:
         # is the same SQLite file: its writes during a block (undo notes, the lease) would wait
         # for the block's own transaction.
         self.fuse = (
-            self.applier.fanout.local and utxo.url.startswith("sqlite:")
+            self.applier.fanout.local and utxo.fuses
             and not same_sqlite_file(utxo.url, state.url)
         )
         self.holder = holder_id(f"{id(self):x}")

@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pydantic import BeforeValidator, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from stores.utxo.aerospike.codec import DEFAULT_BATCH_SIZE as AEROSPIKE_BATCH_SIZE
+from stores.utxo.factory import default_batch_size
 
 ENV_PREFIX = "UTXO_"
 ENV_FILE = ".env"
@@ -127,10 +127,9 @@ class Settings(BaseSettings):
     def _derived(self) -> Settings:
         if self.unmined_tx_retention is None:
             self.unmined_tx_retention = self.block_height_retention // 2
-        if "batch_size" not in self.model_fields_set and self.store_url.lower().startswith("aerospike://"):
-            # an Aerospike record is rewritten whole by every spend and capped at 1 MiB: its own
-            # default (stores.utxo.aerospike.codec, measured by bench.pagesize)
-            self.batch_size = AEROSPIKE_BATCH_SIZE
+        own = default_batch_size(self.store_url) if "batch_size" not in self.model_fields_set else None
+        if own is not None:  # the backend's own default (an Aerospike record: stores.utxo.factory)
+            self.batch_size = own
         if self.lock_max_ttl < self.lock_base_ttl:
             raise ValueError(
                 f"{ENV_PREFIX}LOCK_MAX_TTL ({self.lock_max_ttl}) must not be below "

@@ -213,6 +213,8 @@ class UtxoStore(PagedRecords, Protocol):
         record while a spender is not mined at or below it."""
     def delete_txs(self, txids: Sequence[bytes]) -> int: ...
 
+    fuses: bool  # `fused` makes one transaction of many writes (one writer at a time: SQLite)
+
     def fused(self) -> AbstractContextManager[None]:
         """Every write inside in one transaction, committed at the end or not at all, where the
         backend has one writer at a time anyway (SQLite); a no-op elsewhere. Inside another

@@ -1,6 +1,7 @@
 """`UtxoStore.identity` on every backend: made on the first ask and kept for good (reopened, asked
 by two processes' stores at once: one id), and another store's is another id. The state store
-pairs with it (`workers.pairing`: tests/pipeline/test_pairing.py)."""
+pairs with it (`workers.pairing`: tests/pipeline/test_pairing.py). And what the store, not its
+URL, tells the pipeline: whether `fused` is one transaction; its backend's own batch size."""
 
 from __future__ import annotations
 
@@ -37,3 +38,20 @@ def test_another_store_has_another_identity(store: UtxoStore, tmp_path: Path) ->
         assert other.identity() != store.identity()
     finally:
         other.close()
+
+
+def test_a_store_says_whether_fused_makes_one_transaction(store: UtxoStore, store_url: str) -> None:
+    """The sequencer asks the store (`fuses`), never its URL, whether blocks can share one
+    transaction: SQLite's single writer can; PostgreSQL's and Aerospike's `fused` is a no-op."""
+    assert store.fuses is store_url.startswith("sqlite:")
+
+
+def test_the_factory_gives_a_backends_own_batch_size() -> None:
+    from stores.utxo.aerospike.codec import DEFAULT_BATCH_SIZE
+    from stores.utxo.factory import default_batch_size
+    from workers.settings import load_settings
+
+    assert default_batch_size("aerospike://h:3000/ns") == DEFAULT_BATCH_SIZE
+    assert default_batch_size("sqlite:///x.db") is None
+    assert load_settings(store_url="aerospike://h:3000/ns").batch_size == DEFAULT_BATCH_SIZE
+    assert load_settings(store_url="aerospike://h:3000/ns", batch_size=7).batch_size == 7

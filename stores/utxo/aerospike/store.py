@@ -65,6 +65,7 @@ class AerospikeUtxoStore(ScriptsMixin, PruneMixin, StateMixin, SpendMixin):
         if retention < 0:
             raise ValueError(f"retention must be 0 (never prune) or more, got {retention}")
         self.url = url
+        self.fuses = False  # each record's change is atomic by itself: nothing to fuse into
         self.retention = retention
         self.batch_size = batch_size
         self.max_tx_size_in_store = max_tx_size_in_store

@@ -83,6 +83,7 @@ class SqlUtxoStore(SnapshotMixin):
         self.db = Database(
             url, what="UTXO store", create=create, pragmas=self.pragmas, invalid=ProcessingError
         )
+        self.fuses = self.db.dialect == "sqlite"  # `fused`: one writer at a time, one transaction
         try:
             self.db.write("create schema", self._schema, idempotent=True)  # IF NOT EXISTS, throughout
             self.block_height = self.db.read("read block height", self._stored_height)
