@@ -27,6 +27,7 @@ from chain import hash_to_hex
 from stores.state.chunks import Unit, UnitState
 from stores.state.prunejobs import PruneJob, Requested
 from stores.state.recovery import RecoveryEntry
+from stores.state.sessionlock import AdvisoryLock
 
 
 class BlockStatus(enum.StrEnum):
@@ -193,6 +194,10 @@ class StateStore(Protocol):
     def put_undo(self, hash: bytes, data: dict[str, Any]) -> None: ...
     def get_undo(self, hash: bytes) -> dict[str, Any] | None: ...
     def delete_undo(self, hash: bytes) -> None: ...
+
+    def session_lock(self, lock_id: int) -> AdvisoryLock | None:
+        """A lock held while a database session of its own lives (stores/state/sessionlock.py),
+        where the backend has one (PostgreSQL's advisory locks); None elsewhere (use a lease)."""
 
     def acquire_lease(self, name: str, holder: str, ttl_s: float) -> bool:
         """Take or renew the lease `name` for `holder`; False while another holds it."""

@@ -24,6 +24,7 @@ from stores.state.protocol import KEEP, BlockChange, BlockEntry, BlockStatus, Co
 from stores.state.prunejobs import PruneJobs, prune_ddl
 from stores.state.recovery import RecoveryTable, recovery_ddl
 from stores.state.refusals import RefusalLog, refusals_ddl
+from stores.state.sessionlock import AdvisoryLock
 
 log = logging.getLogger("utxoflow.state")
 
@@ -122,6 +123,13 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable, Ref
             raise StorageError(
                 f"{self.db.url_safe} holds a state store of schema {r[0]!r}; this version needs {SCHEMA!r}"
             )
+
+    def session_lock(self, lock_id: int) -> AdvisoryLock | None:
+        """A lock held while a session of its own lives (stores/state/sessionlock.py):
+        PostgreSQL's advisory lock; None on SQLite."""
+        if self.db.dialect != "postgresql":
+            return None
+        return AdvisoryLock(self.url.replace("postgresql+psycopg://", "postgresql://", 1), lock_id)
 
     # -- blocks ------------------------------------------------------------------------------
     def add_block(

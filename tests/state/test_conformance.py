@@ -696,3 +696,20 @@ def test_block_summary_counts_each_status_with_its_highest_height(state: StateSt
         tops = [x for x in (top, height) if x is not None]
         want[status.value] = (n + 1, max(tops) if tops else None)
     assert state.block_summary() == want
+
+
+def test_a_session_lock_where_the_backend_has_one(state: Any) -> None:
+    """PostgreSQL: one holder of the advisory lock at a time, let go when its session closes;
+    SQLite: none (the recovery manager uses a lease there)."""
+    first, second = state.session_lock(0x5E55), state.session_lock(0x5E55)
+    if not state.url.startswith("postgres"):
+        assert first is None
+        return
+    try:
+        assert first.hold() and first.hold()  # (kept: still its own)
+        assert not second.hold()
+        first.release()
+        assert second.hold()
+    finally:
+        first.release()
+        second.release()

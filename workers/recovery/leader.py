@@ -22,9 +22,10 @@ import logging
 import time
 from typing import Any, Protocol
 
+from stores.errors import StorageError
 from stores.lease import holder_id
-from stores.sqldb import PG_SCHEMES
 from stores.state import StateStore
+from stores.state.sessionlock import AdvisoryLock
 
 log = logging.getLogger("utxoflow.recovery")
 LEASE = "recovery-leader"
@@ -82,54 +83,39 @@ class LeaseLeadership:
 
 
 class AdvisoryLeadership:
-    """A PostgreSQL session-level advisory lock on a connection of the manager's own."""
+    """A lock held while a session of the manager's own lives (the state store's
+    `session_lock`: PostgreSQL's advisory lock)."""
 
-    def __init__(self, state: StateStore, url: str, lock_id: int, instance: str, lease_s: float) -> None:
-        self.state, self.url, self.lock_id = state, url, lock_id
+    def __init__(self, state: StateStore, lock: AdvisoryLock, instance: str, lease_s: float) -> None:
+        self.state, self.lock = state, lock
         self.instance, self.lease_s = instance, lease_s
-        self._conn: Any = None
         self._leading = False
 
     def hold(self) -> bool:
-        import psycopg
-
         try:
-            if self._conn is None or self._conn.closed:
-                self._leading = False
-                dsn = self.url.replace("postgresql+psycopg://", "postgresql://", 1)
-                self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
-            if self._leading:
-                self._conn.execute("SELECT 1")  # the lock lives as long as this session does
-            else:
-                row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (self.lock_id,)).fetchone()
-                self._leading = bool(row and row[0])
-                if self._leading:
-                    log.warning("recovery manager %s leads", self.instance)
-        except psycopg.Error as e:
+            got = self.lock.hold()
+        except StorageError as e:
             if self._leading:
                 log.warning("recovery manager %s no longer leads: %s", self.instance, e)
-            self._drop()
+            self._leading = False
             return False
-        if self._leading:
+        if got and not self._leading:
+            log.warning("recovery manager %s leads", self.instance)
+        self._leading = got
+        if got:
             _show(self.state, self.instance, self.lease_s)
-        return self._leading
-
-    def _drop(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except Exception:
-                pass
-        self._conn, self._leading = None, False
+        return got
 
     def release(self) -> None:
         if self._leading:
             self.state.set_meta(SHOWN, None)
-        self._drop()  # closing the session releases the lock
+        self.lock.release()  # closing the session releases the lock
+        self._leading = False
 
 
 def leadership(state: StateStore, lock_id: int, instance: str, lease_s: float) -> Leadership:
-    """The leadership fit for this state store (PostgreSQL: advisory lock; else: lease)."""
-    if state.url.split("://", 1)[0].lower() in PG_SCHEMES:
-        return AdvisoryLeadership(state, state.url, lock_id, instance, lease_s)
+    """The leadership fit for this state store (a session lock where it has one; else a lease)."""
+    lock = state.session_lock(lock_id)
+    if lock is not None:
+        return AdvisoryLeadership(state, lock, instance, lease_s)
     return LeaseLeadership(state, instance, lease_s)
