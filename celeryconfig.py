@@ -34,7 +34,7 @@ task_default_queue = "txs"
 task_routes = {
     "utxoflow.block.*": {"queue": "blocks"},
     "utxoflow.tx.*": {"queue": "txs"},
-    "utxoflow.chunk.*": {"queue": "txs"},  # block-phase helpers: any free worker (docs/design.md)
+    "utxoflow.chunk.*": {"queue": "txs"},  # block-phase helpers: any free worker (docs/architecture.md)
     "utxoflow.prune.*": {"queue": "prune"},
     "utxoflow.recovery.*": {"queue": "recovery"},
 }

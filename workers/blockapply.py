@@ -1,4 +1,4 @@
-"""Applying one block to the UTXO store, and taking it back (docs/design.md, "The pipeline").
+"""Applying one block to the UTXO store, and taking it back (docs/architecture.md, "The pipeline").
 
 A block is applied in three phases, each over units of its transactions: create the
 transactions the store does not hold yet (already mined in this block, so that each new record

@@ -1,5 +1,5 @@
 """Work done on blocks ahead of the chain's tip by a worker that does not hold the chain, so
-that the holder does less (docs/design.md, "The pipeline": workers that do not hold the chain
+that the holder does less (docs/architecture.md, "The pipeline": workers that do not hold the chain
 prepare the next blocks). Today that is each block's change to the UTXO-set commitment
 (`workers.commitment.block_delta`: the MuHash of the coins it creates over those it spends),
 about a fifth of what applying a block costs its holder; the holder takes a prepared delta

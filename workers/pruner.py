@@ -1,4 +1,4 @@
-"""The pruner's job manager (Teranode's pruner service on Celery; docs/design.md, "Pruning"): requests,
+"""The pruner's job manager (Teranode's pruner service on Celery; docs/architecture.md, "Pruning"): requests,
 the one run at a time, and the loop that takes jobs until the slot is empty. A run's phases are
 `workers.prunerun`'s; the slot, lock and history live in the state store (`stores.state.prunejobs`).
 

@@ -1,5 +1,5 @@
 """The chain sequencer: applying the best chain, in order, whatever the order blocks arrived in
-(docs/design.md, "The chain" and "The pipeline"). Which blocks are known and where they
+(docs/architecture.md, "The chain" and "The pipeline"). Which blocks are known and where they
 stand is the block index's (`workers.blockindex`); applying one block is `workers.blockapply`'s.
 
 Invariants:

@@ -1,4 +1,4 @@
-"""What the chain sequencer keeps between blocks (docs/design.md, "The chain").
+"""What the chain sequencer keeps between blocks (docs/architecture.md, "The chain").
 
 Invariants every backend keeps (tests/state checks each):
 - A block is added once (create-only); its hash, parent and arrival order never change.

@@ -5,7 +5,7 @@ Each test names the one it translates. Teranode's fixtures are kept: `ParentTx` 
 `Tx` spending ParentTx:2 with 5 outputs, `spendTx` spending Tx:0, `spendTx2` spending it too;
 retention 10. Two things differ by design: coinbase maturity is Bitcoin's 100 here (Teranode's
 tests set 1), so heights move by 100 where theirs move by 1; and a spend is all or nothing per
-transaction (docs/design.md). Heights a spend is made at are the block's: the store's
+transaction (docs/architecture.md). Heights a spend is made at are the block's: the store's
 tip + 1, as Teranode's Aerospike store passes them.
 """
 
@@ -614,7 +614,7 @@ def test_going_off_the_longest_chain_clears_the_dah(tn: UtxoStore, fx: Fixture) 
 
 def test_unlocking_sets_the_dah_again(tn: UtxoStore, fx: Fixture) -> None:
     """Locking removes the DAH; unlocking applies the rule again. A deliberate difference from
-    Teranode, whose unlock leaves it unset (docs/design.md): a fully spent mined record locked
+    Teranode, whose unlock leaves it unset (docs/architecture.md): a fully spent mined record locked
     by a conflict swap and unlocked again would never be pruned."""
     tn.set_block_height(100)
     tn.create(fx.tx, 100, [BlockInfo(1, 100)])

@@ -1,4 +1,5 @@
-"""Lock records of two-phase creation (Teranode's lock-record pattern; docs/design.md, "Big transactions").
+"""Lock records of two-phase creation (Teranode's lock-record pattern; docs/architecture.md, "Big
+transactions").
 
 Invariants:
 - At most one live lock per txid: acquiring inserts create-only, so of racing creators exactly
