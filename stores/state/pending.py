@@ -14,10 +14,9 @@ Invariants:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
 from typing import Any
 
-from stores.sqldb import Database, increasing_key
+from stores.sqldb import Database, chunks, increasing_key
 from stores.state.protocol import PENDING_KINDS, PendingEntry
 from stores.state.recovery import insert_sql
 from stores.state.refusals import forget_refusal, note_refusal
@@ -50,11 +49,6 @@ def _entry(r: Any) -> PendingEntry:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
-    for i in range(0, len(items), IN_CHUNK):
-        yield items[i : i + IN_CHUNK]
 
 
 class PendingTable:
@@ -156,7 +150,7 @@ class PendingTable:
         # due at the next claim whatever its broker run or age: sent time 0, run unknown; the
         # count the claim added is taken back, as the message was not sent
         def unit(cur: Any) -> None:
-            for part in _chunks(idents):
+            for part in chunks(idents, IN_CHUNK):
                 marks = ", ".join("?" * len(part))
                 cur.execute(
                     self.db.q(

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from stores.sqldb import Database, increasing_key
+from stores.sqldb import Database, chunks, increasing_key
 from stores.state.protocol import Refusal
 
 KEEP = 10_000
@@ -71,10 +71,9 @@ class RefusalLog:
     def refusals(self, idents: Sequence[str]) -> dict[str, Refusal]:
         def q(cur: Any) -> dict[str, Refusal]:
             out: dict[str, Refusal] = {}
-            for i in range(0, len(idents), IN_CHUNK):
-                part = list(idents[i : i + IN_CHUNK])
+            for part in chunks(idents, IN_CHUNK):
                 marks = ",".join("?" * len(part))
-                cur.execute(self.db.q(f"SELECT {COLS} FROM refusals WHERE ident IN ({marks})"), part)
+                cur.execute(self.db.q(f"SELECT {COLS} FROM refusals WHERE ident IN ({marks})"), list(part))
                 out.update((str(r[0]), _refusal(r)) for r in cur.fetchall())
             return out
 
