@@ -413,11 +413,10 @@ class BlockIndex:
             if not mine:
                 return  # whoever indexes now places them, or the next delivery does
             now = self.state.get_block(known.hash)
-            if now is None or now.status is BlockStatus.ORPHAN:
+            if now is None:
                 return
-            below = self.rederive(now, lambda e: e.status is BlockStatus.ORPHAN or placed_again(e))
+            below = self._place_below(now)
             if below:
-                self.state.commit(blocks=below)
                 log.warning("block %s: %d descendant(s) left as orphans placed again", now.hash[::-1].hex(),
                             len(below))
 
@@ -457,19 +456,22 @@ class BlockIndex:
             log.warning("block %s is invalid: %s", a.hash_hex, entry.reason)
             if entry.reason != PARENT_INVALID:  # (its parent's refusal is the one to tell)
                 self.state.note_refusal(f"block:{a.hash_hex}", "block", a.hash_hex, entry.reason or "invalid")
-        refused += self._place_below(entry)  # (a second commit: `heal` finishes it after a crash)
+        # (a second commit: `heal` finishes it after a crash)
+        refused += sum(c.status is BlockStatus.INVALID for c in self._place_below(entry))
         if refused:
             metrics.blocks_refused(refused)
         return entry
 
-    def _place_below(self, entry: BlockEntry) -> int:
-        """The orphans below a block just added placed where it places them (invalid, or
-        connected now); how many of them are invalid."""
+    def _place_below(self, entry: BlockEntry) -> list[BlockChange]:
+        """The orphans below `entry` (no orphan itself) placed where it places them (invalid, or
+        connected now), and those refused only for where they stood placed again: the changes,
+        committed."""
         if entry.status is BlockStatus.ORPHAN:
-            return 0
+            return []
         below = self.rederive(entry, lambda e: e.status is BlockStatus.ORPHAN or placed_again(e))
-        self.state.commit(blocks=below)
-        return sum(c.status is BlockStatus.INVALID for c in below)
+        if below:
+            self.state.commit(blocks=below)
+        return below
 
     def _revive(self, a: Arrival, known: BlockEntry) -> BlockEntry:
         """The genuine block after a corrupted copy of it was indexed as invalid (the same header
