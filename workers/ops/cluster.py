@@ -14,7 +14,6 @@ import time
 from typing import Any
 
 import redis
-from kombu.transport.redis import PRIORITY_STEPS, Channel
 
 import celeryconfig
 from stores.sqldb import mask_url
@@ -22,7 +21,7 @@ from stores.state import BlockStatus, StateStore, open_state_store
 from stores.state.prunejobs import PENDING, RUNNING
 from workers.broker import is_redis
 from workers.kombu_fix import DEAD_LETTERS, DEAD_LETTERS_TOTAL
-from workers.recovery.liveness import ALIVE, TAKEN, UNACKED
+from workers.recovery.liveness import ALIVE, TAKEN, UNACKED, queue_keys
 from workers.settings import Settings
 
 QUEUES = tuple(q.name for q in celeryconfig.task_queues)
@@ -102,7 +101,7 @@ def _from_state(state: StateStore) -> dict[str, Any]:
 def queue_length(r: redis.Redis, name: str) -> int:
     """Messages waiting on queue `name` (every priority)."""
     pipe = r.pipeline(transaction=False)
-    for key in (name, *(f"{name}{Channel.sep}{p}" for p in PRIORITY_STEPS if p)):  # (kombu's keys)
+    for key in queue_keys(name):
         pipe.llen(key)
     return sum(int(n) for n in pipe.execute())
 

@@ -103,14 +103,18 @@ def restore_dead(r: redis.Redis, restore: Callable[[str], None]) -> dict[str, An
     return {"unacked": len(tags), "restored": len(restored)}
 
 
+def queue_keys(queue: str) -> tuple[str, ...]:
+    """The Redis lists kombu keeps a queue's messages in, one per priority step."""
+    from kombu.transport.redis import PRIORITY_STEPS, Channel
+
+    return (queue, *(f"{queue}{Channel.sep}{p}" for p in PRIORITY_STEPS if p))
+
+
 def held_block_messages(r: redis.Redis, queue: str = "blocks") -> set[str]:
     """The message ids (a block task's second argument) of the messages waiting on `queue`
     (every priority) and of the unacknowledged ones a worker noted as taken."""
-    from kombu.transport.redis import PRIORITY_STEPS, Channel
-
-    keys = (queue, *(f"{queue}{Channel.sep}{p}" for p in PRIORITY_STEPS if p))
     pipe = r.pipeline(transaction=False)
-    for key in keys:
+    for key in queue_keys(queue):
         pipe.lrange(key, 0, -1)
     waiting = [raw for found in pipe.execute() for raw in found]
     noted = {_text(t) for t in r.hkeys(TAKEN)}
