@@ -79,7 +79,7 @@ def _tx(svc: Services, entry: RecoveryEntry) -> Verdict:
     if not isinstance(applied, UtxoError):
         svc.registry.done(entry.ident, accepted=True)
         return _by_record(svc, entry, txid) or Verdict(PENDING, "processed again: accepted", True)
-    if waiting_for_parents(applied) or _immature(applied):  # (both may pass with time)
+    if _may_pass(applied):
         verdict = _not_found(svc, entry, f"its parents are not in the store or not spendable yet ({applied})")
         if verdict.status == "orphan":  # final now: what a dead attempt of it left is freed
             give_up(svc.utxo, tx, applied)
@@ -88,8 +88,9 @@ def _tx(svc: Services, entry: RecoveryEntry) -> Verdict:
     return _after_grace(svc, entry, "refused", str(applied))
 
 
-def _immature(refused: UtxoError) -> bool:
-    """A spend refused only for coinbases not mature yet: valid some blocks later."""
+def _may_pass(refused: UtxoError) -> bool:
+    """A refusal that may pass with time: parents not in the store yet or locked a moment
+    (`mempool.waiting_for_parents`), or coinbases not mature yet (valid some blocks later)."""
     return isinstance(refused, SpendRejected) and all(
         isinstance(e, (TxCoinbaseImmature, TxNotFound, TxLocked)) for _v, e in refused.errors
     )
