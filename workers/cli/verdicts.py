@@ -15,6 +15,8 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -31,6 +33,23 @@ def _block_hash(text: str) -> bytes:
         return hex_to_hash(text)
     except ValueError as e:
         raise BadInput(f"HASH: {e}") from None
+
+
+@contextmanager
+def _refusing(block_hash: str, done: str, wait_s: float) -> Iterator[None]:
+    """What a verdict's errors say (see the invariants): an unknown block or one that cannot be
+    `done` is bad input; a chain held all along is exit 1."""
+    from workers.sequencer import ChainBusy
+
+    try:
+        yield
+    except KeyError:
+        raise BadInput(f"block {block_hash} is not known to the state store") from None
+    except ValueError as e:
+        raise BadInput(f"block {block_hash} cannot be {done}: {e}") from None
+    except ChainBusy:
+        raise NotFound(f"the chain's lease stayed held for {wait_s:g} s (a worker applying it): "
+                       "nothing changed; try again") from None
 
 
 def _then(obj: Context, svc: Any) -> dict[str, Any]:
@@ -58,21 +77,13 @@ def invalidate_cmd(obj: Context, block_hash: str, reason: str, wait_s: float) ->
     """Refuse block HASH and its descendants (Bitcoin Core's invalidateblock). An applied block
     is first taken off the chain with every block above it; the heaviest valid branch is then
     enqueued for the workers to apply. Prints {"block", "tip", "enqueued"?}."""
-    from workers.sequencer import ChainBusy
     from workers.services import services
 
     h = _block_hash(block_hash)
     _export(obj)
     svc = services()
-    try:
+    with _refusing(block_hash, "invalidated", wait_s):
         entry = svc.sequencer.invalidate(h, reason.strip() or OPERATOR, wait_s)
-    except KeyError:
-        raise BadInput(f"block {block_hash} is not known to the state store") from None
-    except ValueError as e:
-        raise BadInput(f"block {block_hash} cannot be invalidated: {e}") from None
-    except ChainBusy:
-        raise NotFound(f"the chain's lease stayed held for {wait_s:g} s (a worker applying it): "
-                       "nothing changed; try again") from None
     emit({"block": entry.to_json(), **_then(obj, svc)})
 
 
@@ -87,22 +98,15 @@ def reconsider_cmd(obj: Context, block_hash: str, wait_s: float) -> None:
     are applied; the best chain is then enqueued for the workers. Prints {"placed", "tip",
     "enqueued"?}; "placed" is empty when the block was not invalid."""
     from workers.blockindex import BlockMissing
-    from workers.sequencer import ChainBusy
     from workers.services import services
 
     h = _block_hash(block_hash)
     _export(obj)
     svc = services()
     try:
-        placed = svc.sequencer.reconsider(h, wait_s)
-    except KeyError:
-        raise BadInput(f"block {block_hash} is not known to the state store") from None
-    except BlockMissing as e:
+        with _refusing(block_hash, "reconsidered", wait_s):
+            placed = svc.sequencer.reconsider(h, wait_s)
+    except BlockMissing as e:  # (a StorageError: through `_refusing` untouched)
         raise BadInput(f"block {e.block_hash[::-1].hex()}'s bytes are not in the blob store (pruned?): "
                        "utxo enqueue it again first; nothing changed") from None
-    except ValueError as e:
-        raise BadInput(f"block {block_hash} cannot be reconsidered: {e}") from None
-    except ChainBusy:
-        raise NotFound(f"the chain's lease stayed held for {wait_s:g} s (a worker applying it): "
-                       "nothing changed; try again") from None
     emit({"placed": [b.to_json() for b in placed], **_then(obj, svc)})
