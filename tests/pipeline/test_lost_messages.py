@@ -21,6 +21,13 @@ from workers.demochain import block_hash
 from workers.recovery.liveness import TAKEN, UNACKED, held_block_messages, message_ident
 
 
+def quick_recovery(pipeline: Pipeline, lease_s: int) -> None:
+    """A recovery manager that scans often, on a short lease; nothing re-sent for its age (the
+    only re-sends are the lost-message ones under test)."""
+    pipeline.env.update({"UTXO_RECOVERY_LEASE": str(lease_s), "UTXO_RECOVERY_SCAN_INTERVAL": "0.5",
+                         "UTXO_REQUEUE_AFTER": "1h"})
+
+
 def tip_height(pipeline: Pipeline) -> int | None:
     r = pipeline.utxo("tip")
     return int(json.loads(r.stdout)["height"]) if r.returncode == 0 else None
@@ -37,8 +44,7 @@ def test_a_worker_killed_between_taking_a_block_message_and_noting_it(
     died between popping the message and kombu's write, so the message is nowhere. The block
     was sent past the door (not indexed), so the chain looks at rest. Another worker's manager
     sends it again within a lease."""
-    pipeline.env.update({"UTXO_RECOVERY_LEASE": "6", "UTXO_RECOVERY_SCAN_INTERVAL": "0.5",
-                         "UTXO_REQUEUE_AFTER": "1h"})
+    quick_recovery(pipeline, lease_s=6)
     c = Chain()
     for _ in range(3):
         c.add()
@@ -67,8 +73,7 @@ def test_a_worker_killed_between_taking_a_block_message_and_noting_it(
 def test_a_block_message_lost_before_any_worker_held_it_is_sent_again_within_a_lease(
     pipeline: Pipeline,
 ) -> None:
-    pipeline.env.update({"UTXO_RECOVERY_LEASE": "6", "UTXO_RECOVERY_SCAN_INTERVAL": "0.5",
-                         "UTXO_REQUEUE_AFTER": "1h"})
+    quick_recovery(pipeline, lease_s=6)
     c = Chain()
     for _ in range(4):
         c.add()
@@ -120,8 +125,7 @@ def test_a_worker_killed_between_indexing_a_block_and_placing_its_orphans(
     between them left the descendants orphans under a connected parent for good (the tip stuck
     at the block). Whatever takes the block up again (here the next worker's resume message)
     places them again, and the chain reaches its end."""
-    pipeline.env.update({"UTXO_RECOVERY_LEASE": "3", "UTXO_RECOVERY_SCAN_INTERVAL": "0.5",
-                         "UTXO_REQUEUE_AFTER": "1h"})
+    quick_recovery(pipeline, lease_s=3)
     c = Chain()
     for _ in range(6):
         c.add()
