@@ -90,7 +90,9 @@ class PendingTable:
                 kind, _, key = ident.partition(":")
                 note_refusal(self.db, cur, ident, kind, key, *refused)
 
-        self.db.write("remove pending", unit)
+        # deletes, a flag set and a refusal replaced: running it twice is running it once, so a
+        # connection lost in its COMMIT is tried again (a `utxo wait` settling blocks meets that)
+        self.db.write("remove pending", unit, idempotent=True)
 
     def pending_counts(self) -> dict[str, int]:
         """Messages pending per kind (`utxo status`, `utxo metrics`: a count, not the rows)."""

@@ -80,7 +80,8 @@ class RefusalLog:
         return self.db.read("refusals", q) if idents else {}
 
     def note_refusal(self, ident: str, kind: str, key: str, reason: str, rival: str | None = None) -> None:
-        self.db.write("note refusal", lambda cur: note_refusal(self.db, cur, ident, kind, key, reason, rival))
+        self.db.write("note refusal", lambda cur: note_refusal(self.db, cur, ident, kind, key, reason, rival),
+                      idempotent=True)  # a refusal replaced: twice is once
 
     def forget_refusals(self, idents: Sequence[str]) -> None:
         def unit(cur: Any) -> None:
@@ -88,7 +89,7 @@ class RefusalLog:
                 forget_refusal(self.db, cur, ident)
 
         if idents:
-            self.db.write("forget refusals", unit)
+            self.db.write("forget refusals", unit, idempotent=True)
 
     def refusals_since(self, seq: int, limit: int = 1000) -> list[Refusal]:
         def q(cur: Any) -> list[Refusal]:

@@ -219,7 +219,7 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable, Ref
         return None if r is None else _entry(r)
 
     def set_tip(self, hash: bytes | None) -> None:
-        self.db.write("set tip", lambda cur: self._set_tip(cur, hash))
+        self.db.write("set tip", lambda cur: self._set_tip(cur, hash), idempotent=True)
 
     def _set_tip(self, cur: Any, hash: bytes | None) -> None:
         cur.execute(self.db.q("DELETE FROM chain WHERE key = 'tip'"))
@@ -235,7 +235,7 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable, Ref
         return None if r is None else str(r[0])
 
     def set_meta(self, key: str, value: str | None) -> None:
-        self.db.write("set meta", lambda cur: self._set_meta(cur, key, value))
+        self.db.write("set meta", lambda cur: self._set_meta(cur, key, value), idempotent=True)
 
     def _set_meta(self, cur: Any, key: str, value: str | None) -> None:
         cur.execute(self.db.q("DELETE FROM chain WHERE key = ?"), (f"meta:{key}",))
