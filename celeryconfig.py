@@ -54,7 +54,7 @@ worker_hijack_root_logger = False
 # restarted beat simply runs it again one interval later.
 beat_scheduler = "celery.beat:Scheduler"
 beat_schedule = {
-    "requeue-lost-messages": {  # workers/requeue.py
+    "requeue-lost-messages": {  # workers/recovery/requeue.py
         "task": "utxoflow.recovery.requeue",
         "schedule": _settings.requeue_interval,
         # a scan left on the queue while every worker is busy is dropped once the next is due:

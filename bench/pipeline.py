@@ -60,9 +60,9 @@ from stores.blob import open_blob_store
 from stores.state import open_state_store
 from stores.utxo import Utxo, open_utxo_store
 from stores.utxo.gcpause import tune_for_blocks
-from workers import commitment
-from workers.localredis import claim_database
-from workers.sequencer import Sequencer
+from workers.chainstate import commitment
+from workers.chainstate.sequencer import Sequencer
+from workers.demo.localredis import claim_database
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOT_HEIGHT = 1000
@@ -129,7 +129,7 @@ def store_only(
 ) -> tuple[float, Recorder | None]:
     """Seconds the blocks take through a `Sequencer` in this process; with `floor_copy` (SQLite)
     also the UTXO store's statements, recorded to be replayed alone (`bench.sqlfloor`)."""
-    tune_for_blocks()  # as in a worker process (workers/services.py)
+    tune_for_blocks()  # as in a worker process (workers/runtime/services.py)
     utxo = open_utxo_store(urls["store"], blob_url=urls["blobs"])
     state = open_state_store(urls["state"])
     seq = Sequencer(utxo, state, open_blob_store(urls["blobs"]))
@@ -262,7 +262,7 @@ def through_workers(
     extra_env: dict[str, str] | None = None,
 ) -> Piped:
     # An empty database of the Redis there, claimed for this run and emptied only while the
-    # claim is still ours: nobody's data is touched (`workers.localredis`).
+    # claim is still ours: nobody's data is touched (`workers.demo.localredis`).
     claimed = claim_database(redis_url)
     env = {
         **os.environ, "PYTHONPATH": str(ROOT), "UTXO_STORE_URL": urls["store"],

@@ -37,7 +37,7 @@ from stores.blob import open_blob_store
 from stores.state import BlockStatus, open_state_store
 from stores.utxo import BlockInfo, UtxoStore, open_utxo_store
 from stores.utxo.sql import schema
-from workers.pruner import Pruner, PrunerConfig
+from workers.pruning.pruner import Pruner, PrunerConfig
 
 RETENTION = 10
 TARGET = 0.25

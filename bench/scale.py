@@ -35,14 +35,14 @@ from stores.blob import open_blob_store
 from stores.state import open_state_store
 from stores.utxo import open_utxo_store
 from stores.utxo.gcpause import tune_for_blocks
-from workers.blockindex import parse_block_fast
-from workers.sequencer import Sequencer
+from workers.chainstate.blockindex import parse_block_fast
+from workers.chainstate.sequencer import Sequencer
 
 # The reference in a process of its own: it reads the first block's hex from stdin, then for
 # every line it reads, parses the block and writes the seconds it took.
 PROBE = """
 import sys, time
-from workers.blockindex import parse_block_fast
+from workers.chainstate.blockindex import parse_block_fast
 raw = bytes.fromhex(sys.stdin.readline())
 for _ in sys.stdin:
     t = time.perf_counter()
@@ -55,7 +55,7 @@ def timed_blocks(urls: dict[str, str], raws: list[bytes]) -> tuple[list[float], 
     """Seconds per block, applied in order by a Sequencer in this process; and the seconds of
     the reference work timed after each, in this process and in a fresh one beside it (which
     the store's growth cannot reach: only the machine's drift)."""
-    tune_for_blocks()  # as in a worker process (workers/services.py)
+    tune_for_blocks()  # as in a worker process (workers/runtime/services.py)
     utxo = open_utxo_store(urls["store"], blob_url=urls["blobs"])
     state = open_state_store(urls["state"])
     seq = Sequencer(utxo, state, open_blob_store(urls["blobs"]))

@@ -55,7 +55,7 @@ from bench import electrumx
 from bench.chaingen import Chain, generate
 from bench.pipeline import ROOT, cpu_s, rss_mb, running_workers
 from bench.store import database, log
-from workers.localredis import claim_database
+from workers.demo.localredis import claim_database
 
 UTXO = [sys.executable, "-m", "workers.cli"]
 STAGE_TIMEOUT_S = 3600

@@ -2,9 +2,9 @@
 
 A block task never polls: it indexes its block (unless `utxo enqueue` did), then applies the
 best chain if nobody else is applying it; if somebody is, it acknowledges and leaves its block
-to that worker, which looks at the chain again after letting go (workers/sequencer.py). Its
+to that worker, which looks at the chain again after letting go (workers/chainstate/sequencer.py). Its
 message id stays pending until the holder has applied (or refused) the block
-(workers/registry.py), so `utxo wait` still means "applied", and the requeue scan sends the
+(workers/runtime/registry.py), so `utxo wait` still means "applied", and the requeue scan sends the
 message again should the holder die. A task whose own block ends refused ends as Refused
 (shown failed in Flower, with the reason)."""
 
@@ -19,10 +19,10 @@ from chain import hex_to_hash
 from stores.errors import StorageError
 from stores.state import BlockStatus
 from tasks import Refused
-from workers.app import app
-from workers.blockindex import BlockMissing, CorruptBlock, corrupt
-from workers.sequencer import ChainBusy, Unfinished
-from workers.services import Services, services
+from workers.chainstate.blockindex import BlockMissing, CorruptBlock, corrupt
+from workers.chainstate.sequencer import ChainBusy, Unfinished
+from workers.runtime.app import app
+from workers.runtime.services import Services, services
 
 log = logging.getLogger("utxoflow.tasks")
 MISSING_RETRIES = 3  # a block whose bytes are nowhere is reported after this many tries
@@ -31,7 +31,7 @@ SETTLED = (BlockStatus.APPLIED, BlockStatus.SIDE, BlockStatus.INVALID)
 
 
 def _prepare_ahead(svc: Services) -> None:
-    """Meanwhile, prepare the blocks the holder applies next (`workers.prepare`). Only a saving
+    """Meanwhile, prepare the blocks the holder applies next (`workers.chainstate.prepare`). Only a saving
     for the holder: a failure here is logged and never fails the block's task."""
     try:
         made = svc.sequencer.prepare_ahead(budget_s=svc.settings.block_task_budget)

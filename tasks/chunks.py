@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.app import app
-from workers.fanout import help_with
-from workers.services import services
+from workers.chainstate.fanout import help_with
+from workers.runtime.app import app
+from workers.runtime.services import services
 
 
 def _help(block_hash: str, phase: str, run: str, ctx: dict[str, int]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Pruner tasks (queue `prune`): a run of the job manager, and the helpers that delete chunks of a
-run where the store takes concurrent writers (workers/pruner.py, workers/prunerun.py)."""
+run where the store takes concurrent writers (workers/pruning/pruner.py, workers/pruning/prunerun.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 from celery import Task
 
 from stores.errors import StorageError
-from workers.app import app
-from workers.services import services
+from workers.runtime.app import app
+from workers.runtime.services import services
 
 log = logging.getLogger("utxoflow.tasks")
 LOCK_RETRIES = 20  # looks at a held lock, a lease apart, before leaving the job to the next request

@@ -7,10 +7,10 @@ import logging
 from typing import Any
 
 from stores.errors import StorageError
-from workers.app import app
 from workers.recovery.handlers import release_all
-from workers.requeue import scan
-from workers.services import services
+from workers.recovery.requeue import scan
+from workers.runtime.app import app
+from workers.runtime.services import services
 
 log = logging.getLogger("utxoflow.tasks")
 
@@ -36,7 +36,7 @@ def handle(idents: list[str], holder: str) -> dict[str, Any]:
 
 @app.task(name="utxoflow.recovery.requeue")
 def requeue() -> dict[str, Any]:
-    """One scan of the pending messages (workers/requeue.py). Safe at any time, on any number of
+    """One scan of the pending messages (workers/recovery/requeue.py). Safe at any time, on any number of
     workers at once: each due message is claimed, and so re-sent, by one scan only. A store that
     cannot be reached skips this scan (the next one, a beat interval later, tries again)."""
     try:

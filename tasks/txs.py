@@ -12,10 +12,10 @@ from stores.blob.protocol import blob_key
 from stores.errors import StorageError
 from stores.utxo import UtxoError
 from tasks import Refused
-from workers.app import app
-from workers.mempool import apply_tx, rival, waiting_for_parents
+from workers.chainstate.mempool import apply_tx, rival, waiting_for_parents
 from workers.ops import activity, metrics
-from workers.services import services
+from workers.runtime.app import app
+from workers.runtime.services import services
 
 log = logging.getLogger("utxoflow.tasks")
 PARENT_RETRIES = 20  # a tx whose parents have not arrived waits this many times, then is reported
@@ -23,7 +23,7 @@ PARENT_RETRIES = 20  # a tx whose parents have not arrived waits this many times
 
 @app.task(name="utxoflow.tx.arrived", bind=True, max_retries=None, throws=(Refused,))
 def tx_arrived(self: Task, txid: str, ident: str) -> dict[str, Any]:
-    """Spend the tx's inputs, then create its record (workers/mempool.py). A tx whose parents
+    """Spend the tx's inputs, then create its record (workers/chainstate/mempool.py). A tx whose parents
     are not in the store yet is retried, within a bound, then reported (the recovery manager
     keeps trying it until its grace period ends). A refused tx ends the task as Refused: logged
     with its rival, and shown failed in Flower."""

@@ -18,7 +18,7 @@ from moto.server import ThreadedMotoServer
 
 BLOB_BACKENDS = ["file", "s3"]
 PG_ADMIN = os.environ.get("UTXOFLOW_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
-# the Redis whose databases the tests claim one at a time (workers.localredis.claim_database)
+# the Redis whose databases the tests claim one at a time (workers.demo.localredis.claim_database)
 REDIS = os.environ.get("UTXOFLOW_TEST_REDIS", "redis://127.0.0.1:6379").rstrip("/")
 
 ROOT = Path(__file__).resolve().parent.parent

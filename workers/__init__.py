@@ -1,2 +1,4 @@
-"""The logic that decides what runs when: settings, the `utxo` CLI, the Celery app, the chain
-sequencer and block application, ingest, the pruner's job manager and the recovery manager."""
+"""The processes around the stores, one room per concern, arrows running down: `cli` (the `utxo`
+command) and `hooks` (a worker's wiring) on top; `monitor`, `recovery`, `runtime` (the Celery app,
+ingest, a process's services), `chainstate` (the chain applied to the store) and `pruning`;
+`broker`, `ops` (each process's instruments) and `settings` below; `demo` beside them."""

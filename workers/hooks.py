@@ -1,7 +1,7 @@
 """What a worker process does at Celery's signals: take the chain up and start its recovery
 threads when it is ready, note each message it receives (for the recovery manager), serve its
 metrics, record its activity, count retries and failures. Imported by the worker as it starts
-(`workers.app`'s include list), before any of these signals; no other process loads it, so the
+(`workers.runtime.app`'s include list), before any of these signals; no other process loads it, so the
 app itself imports nothing above it.
 """
 
@@ -21,7 +21,7 @@ from celery.signals import (
     worker_shutdown,
 )
 
-from workers.app import app
+from workers.runtime.app import app
 
 log = logging.getLogger("utxoflow.app")
 
@@ -32,8 +32,8 @@ def resume_the_chain(**_: Any) -> None:
     ahead of the tip: its worker died with the message, which Redis gives back only after the
     visibility timeout): it sends one block message to take it up (`resume_message`)."""
     from stores.state import open_state_store
-    from workers.ingest import BLOCK_TASK, publish_known
-    from workers.sequencer import resume_message
+    from workers.chainstate.sequencer import resume_message
+    from workers.runtime.ingest import BLOCK_TASK, publish_known
     from workers.settings import load_settings
 
     try:
@@ -51,7 +51,7 @@ def resume_the_chain(**_: Any) -> None:
 
 @worker_ready.connect
 def start_recovery(sender: Any = None, **_: Any) -> None:
-    """A worker starting sends one re-sending scan (workers/requeue.py): messages pending from
+    """A worker starting sends one re-sending scan (workers/recovery/requeue.py): messages pending from
     before a broker restart are sent again now, whoever leads. Then it starts its threads
     (workers/recovery/run.py): its liveness heartbeat, and — a worker of the `recovery` queue,
     unless UTXO_RECOVERY_ENABLED is false — a recovery manager contending for the leadership,
@@ -114,7 +114,7 @@ def record_activity(**_: Any) -> None:
 
 @task_retry.connect
 def count_retry(reason: Any = None, **_: Any) -> None:
-    from workers.blockindex import BlockMissing
+    from workers.chainstate.blockindex import BlockMissing
     from workers.ops import metrics
 
     # (Task.retry raises its Retry inside the task's `except`: the store's error is its context)

@@ -114,7 +114,7 @@ class Settings(BaseSettings):
     recovery_advisory_lock_id: int = 8389190333894887286
     recovery_instance_id: str = ""  # the manager's name ("": host:pid:token)
 
-    # -- re-sending messages a broker lost (workers/requeue.py, `utxo beat`) -----------------------
+    # -- re-sending messages a broker lost (workers/recovery/requeue.py, `utxo beat`) -----------------------
     requeue_after: PositiveSeconds = 300.0  # a message pending this long is sent again (longer than a block)
     requeue_interval: PositiveSeconds = 10.0  # how often workers (and `utxo beat`) send the re-sending scan
 

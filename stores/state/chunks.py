@@ -12,7 +12,7 @@ Invariants:
 - A result is written only by the unit's current holder; a unit once `done` never changes.
 - Cancelling a posting turns its unclaimed units to `cancelled`; held ones finish or lapse.
   Before a block is taken back, every posting of it is cancelled and its live claims are waited
-  out (workers/fanout.py `settle_block`), so no unit of it writes during or after the rollback.
+  out (workers/chainstate/fanout.py `settle_block`), so no unit of it writes during or after the rollback.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The state store's table of pending messages (`pending`), for SQLite and PostgreSQL: what has
 been enqueued and not yet finished for good, kept where every worker and `utxo wait` can read it
-and where a broker restart cannot reach it (workers/registry.py, workers/requeue.py).
+and where a broker restart cannot reach it (workers/runtime/registry.py, workers/recovery/requeue.py).
 
 Invariants:
 - One row per message id; adding an id again keeps its row (seq, enqueued time) and only

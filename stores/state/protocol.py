@@ -72,7 +72,7 @@ class BlockChange:
 
 @dataclass(frozen=True, slots=True)
 class Commitment:
-    """The confirmed UTXO set as a block left it (`workers.commitment`): its MuHash3072 state
+    """The confirmed UTXO set as a block left it (`workers.chainstate.commitment`): its MuHash3072 state
     (`chain.muhash.MuHash.to_bytes`, 384 bytes: the next block continues from it), and how many
     outputs and satoshis it holds."""
 
@@ -84,9 +84,9 @@ class Commitment:
 @dataclass(frozen=True, slots=True)
 class PreparedDelta:
     """A block's change to the confirmed set's commitment, worked out ahead of the chain by a
-    worker that does not hold it (`workers.prepare`): the MuHash of its coins in over its coins
+    worker that does not hold it (`workers.chainstate.prepare`): the MuHash of its coins in over its coins
     out (384 bytes), the change in outputs and satoshis, and `basis`, what it holds for (the
-    chain's base and the block's height: `workers.prepare.basis`)."""
+    chain's base and the block's height: `workers.chainstate.prepare.basis`)."""
 
     basis: str
     muhash: bytes
@@ -102,7 +102,7 @@ PENDING_KINDS = ("block", "tx")
 
 @dataclass(frozen=True, slots=True)
 class PendingEntry:
-    """A message enqueued and not yet finished for good (workers/registry.py)."""
+    """A message enqueued and not yet finished for good (workers/runtime/registry.py)."""
 
     ident: str  # the message's id, "<kind>:<key>" as `utxo enqueue` makes it
     kind: str  # one of PENDING_KINDS: which task the message is for
@@ -217,7 +217,7 @@ class StateStore(Protocol):
     def cancel_block(self, block: bytes) -> None: ...
     def live_holders(self, block: bytes) -> list[str]: ...
 
-    # The registry of pending messages (stores/state/pending.py, workers/registry.py).
+    # The registry of pending messages (stores/state/pending.py, workers/runtime/registry.py).
     def add_pending(self, ident: str, kind: str, key: str, broker_run: str) -> None:
         """Register a message about to be sent (ValueError: unknown kind). An ident already
         pending keeps its place and enqueued time; its sent time, run and count are updated.

@@ -1,6 +1,6 @@
 """The pruner's jobs in the state store (table `prune_jobs`), for SQLite and PostgreSQL: the
 request slot, the run lock and the history (Teranode's pruner service, "job manager";
-workers/pruner.py runs them).
+workers/pruning/pruner.py runs them).
 
 Invariants:
 - At most one job is `pending` (the slot) and at most one `running` (the lock): every change

@@ -55,12 +55,12 @@ def _ddl(blob: str, bigint: str) -> list[str]:
         "CREATE TABLE IF NOT EXISTS chain (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
         f"CREATE TABLE IF NOT EXISTS undo (hash {blob} PRIMARY KEY, data TEXT NOT NULL)",
         # a block's UTXO-set commitment (a store made before them gains the table: the schema
-        # version stays, and `workers.commitment` computes a missing one from the UTXO store)
+        # version stays, and `workers.chainstate.commitment` computes a missing one from the UTXO store)
         f"""CREATE TABLE IF NOT EXISTS commitments (
             hash {blob} PRIMARY KEY, muhash {blob} NOT NULL, utxos {bigint} NOT NULL,
             satoshis {bigint} NOT NULL
         )""",
-        # a block's commitment delta prepared ahead of the chain (`workers.prepare`; a store made
+        # a block's commitment delta prepared ahead of the chain (`workers.chainstate.prepare`; a store made
         # before them gains the table)
         f"""CREATE TABLE IF NOT EXISTS deltas (
             hash {blob} PRIMARY KEY, basis TEXT NOT NULL, muhash {blob} NOT NULL,

@@ -96,7 +96,7 @@ class UtxoStore(PagedRecords, Protocol):
     def identity(self) -> str:
         """This store's id: made on the first ask, then kept for good (create-only, so that two
         workers asking at once get the same). The state store keeps the id of the UTXO store it
-        belongs with (`workers.pairing`)."""
+        belongs with (`workers.chainstate.pairing`)."""
         ...
 
 

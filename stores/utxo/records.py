@@ -122,7 +122,7 @@ class SpendInfo:
 class Spenders(dict[tuple[bytes, int], "bytes | None"]):
     """The stored spender of each outpoint asked for (None: unspent), and which of their parents
     are conflicting (`conflicting`): read together, so that a mempool tx checking its inputs
-    learns both in one read (`workers.mempool.hold_inputs`)."""
+    learns both in one read (`workers.chainstate.mempool.hold_inputs`)."""
 
     conflicting: frozenset[bytes] = frozenset()
 

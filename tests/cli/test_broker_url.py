@@ -11,7 +11,7 @@ import pytest
 from chain import parse_block
 from tests.cli.conftest import Result, run_utxo
 from tests.conftest import REDIS
-from workers.broker import server_problem, url_problem
+from workers.broker.runs import server_problem, url_problem
 
 BAD = {
     "foo://127.0.0.1:6379/0": "unknown scheme 'foo'",

@@ -21,7 +21,7 @@ import redis
 from tests.cli.conftest import ROOT, run_utxo, utxo_command
 from tests.conftest import REDIS, free_port
 from tests.pipeline.chains import commitment_model
-from workers.demochain import SNAPSHOT_HEIGHT, generate
+from workers.demo.demochain import SNAPSHOT_HEIGHT, generate
 
 SMALL = ["--blocks", "4", "--txs-per-block", "40", "--workers", "2"]
 LOCAL_REDIS = REDIS

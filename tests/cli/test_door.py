@@ -17,9 +17,9 @@ from chain import iter_blk_records, parse_block, parse_header
 from stores.state import open_state_store
 from tests.cli.conftest import PREVOUTS, SNAPSHOT_HEIGHT, Result, run_utxo
 from tests.conftest import REDIS
-from workers.ingest import below_snapshot_block, read_blocks
-from workers.localredis import claim_database
-from workers.registry import Registry
+from workers.demo.localredis import claim_database
+from workers.runtime.ingest import below_snapshot_block, read_blocks
+from workers.runtime.registry import Registry
 
 BLK = "mainnet-1-255.blk"
 

@@ -24,9 +24,9 @@ from stores.state import BlockStatus, Commitment, open_state_store
 from stores.utxo import open_utxo_store
 from tests.cli.conftest import ROOT, PgServer, Result, run_utxo, utxo_command
 from tests.pipeline.chains import commitment_model
-from workers.commitment import muhash_hex
-from workers.demochain import SNAPSHOT_HASH, SNAPSHOT_HEIGHT, DemoChain, generate
-from workers.sequencer import Sequencer
+from workers.chainstate.commitment import muhash_hex
+from workers.chainstate.sequencer import Sequencer
+from workers.demo.demochain import SNAPSHOT_HASH, SNAPSHOT_HEIGHT, DemoChain, generate
 
 BATCH = 1000  # outputs per record: the demo chain's big transaction spans three
 MOVED = "the chain moved while exporting"

@@ -10,7 +10,7 @@ from pathlib import Path
 from stores.state import open_state_store
 from tests.cli.conftest import Run
 
-HEAVY = ("psycopg", "gmpy2", "cryptography", "chain.muhash", "workers.commitment")
+HEAVY = ("psycopg", "gmpy2", "cryptography", "chain.muhash", "workers.chainstate.commitment")
 
 
 def imported(err: str) -> set[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from stores.state import open_state_store
 from tests.cli.conftest import run_utxo, utxo_command
 from workers.cli.progress import _so_far
-from workers.registry import Registry
+from workers.runtime.registry import Registry
 
 IDENTS = [f"block:{'11' * 32}", f"block:{'22' * 32}", f"tx:{'33' * 32}"]
 

@@ -5,7 +5,7 @@ is imported. No production module reads a test's environment.
 
 - UTXOFLOW_TEST_PARK=POINT (and UTXOFLOW_TEST_PARK_FILE=PATH): the process parks at POINT —
   writes "PID POINT" to PATH, then sleeps until it is killed:
-  `tx_spent` (a mempool tx's spend made, its record not yet: `workers.mempool.make_record`),
+  `tx_spent` (a mempool tx's spend made, its record not yet: `workers.chainstate.mempool.make_record`),
   `conflict_swap` (a swap's tx marked conflicting, its spends still held: `Conflicts._mark`),
   `recovery_handle` (a recovery claim taken, not handled: `workers.recovery.handlers.handle`),
   `block_received` (a block message taken, not noted as this worker's: the task_received hook),
@@ -101,9 +101,11 @@ def _prunerun(m: ModuleType) -> None:
     m.PruneRun.renew = slow
 
 
-PARKS = {"tx_spent": ("workers.mempool", _mempool), "conflict_swap": ("workers.conflicts", _conflicts),
+PARKS = {"tx_spent": ("workers.chainstate.mempool", _mempool),
+         "conflict_swap": ("workers.chainstate.conflicts", _conflicts),
          "recovery_handle": ("workers.recovery.handlers", _handlers),
-         "block_received": ("workers.hooks", _hooks), "block_indexed": ("workers.blockindex", _blockindex)}
+         "block_received": ("workers.hooks", _hooks),
+         "block_indexed": ("workers.chainstate.blockindex", _blockindex)}
 PATCHES: dict[str, Callable[[ModuleType], None]] = {}
 if POINT:
     if POINT not in PARKS:
@@ -111,7 +113,7 @@ if POINT:
     module, patch = PARKS[POINT]
     PATCHES[module] = patch
 if DELAY:
-    PATCHES["workers.prunerun"] = _prunerun
+    PATCHES["workers.pruning.prunerun"] = _prunerun
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):

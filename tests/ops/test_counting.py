@@ -20,7 +20,7 @@ from stores.blob import BlobNotFound, open_blob_store
 from stores.blob.observed import off_error, on_error
 from stores.errors import StorageError
 from tests.conftest import REDIS
-from workers.localredis import claim_database
+from workers.demo.localredis import claim_database
 from workers.ops import activity
 from workers.ops.logs import JsonFormatter
 from workers.ops.metrics import count_blob_error, store_error

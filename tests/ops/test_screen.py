@@ -1,4 +1,4 @@
-"""`utxo status`'s screen (workers/ops/screen.py) from a snapshot: it says "at rest" only when
+"""`utxo status`'s screen (workers/monitor/screen.py) from a snapshot: it says "at rest" only when
 nothing is left to apply (issue 36: it said so with a lag of 18), and lists the last refusals."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from workers.ops.screen import render
+from workers.monitor.screen import render
 
 
 def shown(snap: dict[str, Any]) -> str:

@@ -1,6 +1,6 @@
 """Generated chains for the pipeline tests: blocks with valid (regtest-easy) proof of work whose
 transactions spend earlier outputs, and an independent model of the confirmed UTXO set (the
-branch and the model live in workers.demochain, which `utxo demo` uses too)."""
+branch and the model live in workers.demo.demochain, which `utxo demo` uses too)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from chain.build import build_tx, spend_input
 from chain.muhash import MuHash, coin_bytes
 from chain.tx import varint
 from stores.utxo import Utxo, UtxoStore
-from workers.demochain import TAGS, tag_script
-from workers.demochain import Branch as Chain
+from workers.demo.demochain import TAGS, tag_script
+from workers.demo.demochain import Branch as Chain
 
 _tag = TAGS  # one counter with Chain's coinbases: every script and coinbase tag is new
 

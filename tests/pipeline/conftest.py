@@ -15,7 +15,7 @@ from stores.state import open_state_store
 from stores.utxo import open_utxo_store
 from tests.aerospike_server import drop_set, new_url
 from tests.conftest import PG_ADMIN
-from workers.sequencer import Sequencer
+from workers.chainstate.sequencer import Sequencer
 
 BACKENDS = ["sqlite", "postgresql"]
 TABLES = (

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from workers.ingest import submit_block, submit_tx
+from workers.runtime.ingest import submit_block, submit_tx
 
 
 def main(kind: str, path: str) -> None:

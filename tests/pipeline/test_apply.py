@@ -16,7 +16,7 @@ from stores.state import BlockStatus, open_state_store
 from stores.utxo import UtxoStore, open_utxo_store
 from tests.pipeline.chains import Chain, confirmed, confirmed_model, script, spend
 from tests.pipeline.world import World
-from workers.sequencer import APPLYING, LEASE, ChainBusy, Sequencer
+from workers.chainstate.sequencer import APPLYING, LEASE, ChainBusy, Sequencer
 
 
 @pytest.fixture
@@ -130,7 +130,7 @@ def test_a_conflict_swap_locks_the_parents_until_the_phase_is_over(w: World) -> 
     meanwhile, the block's own spend goes through the lock, and the phase's end unlocks them
     (Teranode's ProcessConflicting: unspend with flagAsLocked, spend ignoring locked, unlock)."""
     from stores.utxo import SpendRejected, TxLocked
-    from workers.blockapply import BLOCK_SPEND
+    from workers.chainstate.blockapply import BLOCK_SPEND
 
     m = spend((w.funds[1], 0), (w.funds[2], 0))
     w.mempool(m)

@@ -1,4 +1,4 @@
-"""Reorgs whose fork point lies inside a batch (`workers.batch`): blocks that were applied
+"""Reorgs whose fork point lies inside a batch (`workers.chainstate.batch`): blocks that were applied
 together (one UTXO-store transaction on SQLite, one state-store step) are not taken off the
 chain together — a heavier branch forking from the middle of the batch disconnects only the
 blocks above its fork point, each by itself, and comes in as a batch of its own. A worker that
@@ -27,8 +27,8 @@ from tests.pipeline.conftest import drop_tables
 from tests.pipeline.test_batches import finishes
 from tests.pipeline.trees import check_store, make_tree
 from tests.pipeline.world import World
-from workers.demochain import Branch
-from workers.sequencer import APPLYING, Sequencer
+from workers.chainstate.sequencer import APPLYING, Sequencer
+from workers.demo.demochain import Branch
 
 MAIN = 6  # blocks of the batch the branch forks inside
 FORK = 2  # the branch follows the batch's second block

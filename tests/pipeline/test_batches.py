@@ -1,5 +1,5 @@
 """Consecutive blocks ready to apply share one UTXO-store transaction on SQLite (a batch,
-`workers.batch`), on every backend: the same chain results; a batch cut short at any
+`workers.chainstate.batch`), on every backend: the same chain results; a batch cut short at any
 point — before its commit, after it but before the state store's step, at a refused block —
 leaves nothing half applied, and the next pass goes on from where the state store says."""
 
@@ -15,8 +15,8 @@ from stores.errors import StorageError
 from stores.state import BlockStatus
 from tests.pipeline.chains import confirmed, confirmed_model, script, spend
 from tests.pipeline.world import World
-from workers import batch
-from workers.sequencer import APPLYING, Sequencer, applying_blocks
+from workers.chainstate import batch
+from workers.chainstate.sequencer import APPLYING, Sequencer, applying_blocks
 
 
 def ready(w: World, n: int, first_fund: int = 1) -> list[bytes]:

@@ -19,7 +19,7 @@ from stores.blob import open_blob_store
 from stores.state import open_state_store
 from stores.utxo import open_utxo_store
 from tests.conftest import REDIS
-from workers.sequencer import Sequencer
+from workers.chainstate.sequencer import Sequencer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,9 +17,9 @@ from stores.state import BlockStatus
 from tests.pipeline.chains import SNAPSHOT_HASH, SNAPSHOT_HEIGHT, Chain, spend
 from tests.pipeline.test_chain_steps import short_memory
 from tests.pipeline.world import World
-from workers.blockindex import START_UNKNOWN
-from workers.conflicts import Conflicts
-from workers.sequencer import DISCONNECTING, Sequencer
+from workers.chainstate.blockindex import START_UNKNOWN
+from workers.chainstate.conflicts import Conflicts
+from workers.chainstate.sequencer import DISCONNECTING, Sequencer
 
 
 def status(seq: Sequencer, raw: bytes) -> BlockStatus:

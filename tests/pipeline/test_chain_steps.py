@@ -18,7 +18,7 @@ from stores.state import BlockStatus, open_state_store
 from stores.utxo import open_utxo_store
 from tests.pipeline.chains import SNAPSHOT_HASH, SNAPSHOT_HEIGHT, Chain, confirmed, confirmed_model, spend
 from tests.pipeline.world import World
-from workers.sequencer import APPLYING, Sequencer, Unfinished
+from workers.chainstate.sequencer import APPLYING, Sequencer, Unfinished
 
 
 def short_memory(urls: tuple[str, str], tmp_path: Path, retention: int) -> Sequencer:

@@ -13,8 +13,8 @@ from stores.state import BlockStatus, open_state_store
 from stores.utxo import open_utxo_store
 from tests.pipeline.chains import spend
 from tests.pipeline.world import World
-from workers.commitment import RecentCoins
-from workers.sequencer import Sequencer
+from workers.chainstate.commitment import RecentCoins
+from workers.chainstate.sequencer import Sequencer
 
 
 def test_a_worker_takes_up_the_chain_after_another_mined_its_coins_at_another_height(

@@ -1,4 +1,4 @@
-"""The coordination of a block phase's units (workers/fanout.py) over a real state store: a
+"""The coordination of a block phase's units (workers/chainstate/fanout.py) over a real state store: a
 block about to be taken back has its postings cancelled and its live claims waited out; a
 helper that cannot load the block gives its unit back; a coordinator whose posting another
 took over stops; a multi-record tx whose creator holds only its lock makes the block wait."""
@@ -20,8 +20,8 @@ from stores.state.chunks import TODO
 from stores.utxo import StorageError
 from tests.pipeline.chains import spend
 from tests.pipeline.world import World
-from workers.fanout import TaskFanout, help_with, settle_block, work_units
-from workers.sequencer import LEASE, Sequencer
+from workers.chainstate.fanout import TaskFanout, help_with, settle_block, work_units
+from workers.chainstate.sequencer import LEASE, Sequencer
 
 B = hashlib.sha256(b"a block").digest()
 

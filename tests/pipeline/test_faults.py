@@ -23,8 +23,8 @@ from chain import Tx, parse_block
 from tests.conftest import PG_ADMIN
 from tests.pipeline.chains import Chain, confirmed_model, funding, outpoints, spend
 from tests.pipeline.workers import Pipeline, children, pipeline_fixture, until  # noqa: F401  (fixture)
-from workers.kombu_fix import DEAD_LETTERS, DEAD_LETTERS_TOTAL
-from workers.sequencer import APPLYING, LEASE, applying_blocks
+from workers.broker.kombu_fix import DEAD_LETTERS, DEAD_LETTERS_TOTAL
+from workers.chainstate.sequencer import APPLYING, LEASE, applying_blocks
 
 FUNDS_OUTPUTS = 50  # one record each at UTXO_BATCH_SIZE=50
 
@@ -245,7 +245,7 @@ NO_BLOCK = "00" * 32  # a hash no stored block has
 def send(pipeline: Pipeline, task: str, *args: str) -> None:
     """Send a task message straight to the pipeline's broker (no registry entry, no blob), as a
     client other than `utxo enqueue` could."""
-    code = f"from workers.app import app; app.send_task({task!r}, args={list(args)!r})"
+    code = f"from workers.runtime.app import app; app.send_task({task!r}, args={list(args)!r})"
     subprocess.run([sys.executable, "-c", code], env=pipeline.env, cwd=pipeline.tmp, check=True, timeout=60)
 
 
@@ -405,7 +405,7 @@ def test_wait_on_an_id_it_cannot_look_up_times_out(pipeline: Pipeline) -> None:
 @pytest.mark.timeout(120)
 def test_a_worker_whose_store_is_not_there_yet_waits_for_it(pipeline: Pipeline) -> None:
     """A UTXO store that cannot be reached yet (its database not created): the worker waits for
-    it before taking a single message (workers/startup.py), then applies what was queued."""
+    it before taking a single message (workers/runtime/startup.py), then applies what was queued."""
     name = f"utxoflow_late_{uuid.uuid4().hex[:10]}"
     url = f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
     c = Chain()

@@ -269,7 +269,7 @@ def app_tasks_fixture(pipeline: Pipeline) -> Iterator[Callable[[], list[str]]]:
     not depend on which tasks exist today): asked in a process of its own — importing the app
     here would fix its configuration for the whole session — started now, read when called
     (its imports take seconds)."""
-    code = ("import json; from workers.app import app; app.loader.import_default_modules(); "
+    code = ("import json; from workers.runtime.app import app; app.loader.import_default_modules(); "
             "print(json.dumps(sorted(n for n in app.tasks if n.startswith('utxoflow.'))))")
     p = subprocess.Popen([sys.executable, "-c", code], env=pipeline.env, cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

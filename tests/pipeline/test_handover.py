@@ -1,6 +1,6 @@
 """No polling for the chain: a worker that finds the chain held leaves its block to the holder,
-which looks at the chain once more after letting go (workers/sequencer.py); the ids left
-pending are swept once settled (workers/registry.py); a block is parsed once per process."""
+which looks at the chain once more after letting go (workers/chainstate/sequencer.py); the ids left
+pending are swept once settled (workers/runtime/registry.py); a block is parsed once per process."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from chain import parse_block
 from stores.blob import open_blob_store
 from stores.state import BlockStatus, open_state_store
 from tests.pipeline.chains import Chain, confirmed_model
-from workers.blockindex import INDEX_LEASE, Blocks, parsed_bytes
-from workers.registry import BlockSettled, Registry
-from workers.sequencer import LEASE, ChainBusy, Sequencer, Unfinished, chain_at_rest
+from workers.chainstate.blockindex import INDEX_LEASE, Blocks, parsed_bytes
+from workers.chainstate.sequencer import LEASE, ChainBusy, Sequencer, Unfinished, chain_at_rest
+from workers.runtime.registry import BlockSettled, Registry
 
 
 def other(seq: Sequencer, urls: tuple[str, str]) -> Sequencer:

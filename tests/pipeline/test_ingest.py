@@ -14,9 +14,9 @@ from chain import iter_blk_records, parse_block
 from stores.blob import open_blob_store
 from stores.blob.protocol import blob_key
 from tests.pipeline.chains import Chain, assemble
-from workers import forkmap, ingest
-from workers.blockindex import keep_block, stated_height
-from workers.ingest import CheckedBlock, InputError, read_blocks
+from workers.chainstate.blockindex import keep_block, stated_height
+from workers.runtime import ingest, procmap
+from workers.runtime.ingest import CheckedBlock, InputError, read_blocks
 
 
 def test_read_blocks_keeps_hash_size_and_bytes_and_the_header_fields_the_index_needs() -> None:
@@ -76,7 +76,7 @@ def test_a_genuine_copy_replaces_a_corrupted_one_without_being_parsed_first(tmp_
     assert blobs.get(blob_key(blk.hash, "block")) == good
 
 
-# -- a large input checked in several processes (workers.forkmap) -----------------------------
+# -- a large input checked in several processes (workers.runtime.procmap) -----------------------------
 BLK = "mainnet-1-255.blk"
 
 
@@ -126,7 +126,7 @@ def test_a_child_that_dies_has_its_range_checked_here(
     """Fault injection: every forked child exits at once, before it answers; the answer is the
     same, and nothing is said on stderr."""
     data = (data_dir / BLK).read_bytes()
-    monkeypatch.setattr(forkmap, "_child", lambda *_a: os._exit(3))
+    monkeypatch.setattr(procmap, "_child", lambda *_a: os._exit(3))
     assert read_blocks(data, BLK, 4) == read_blocks(data, BLK)
     with pytest.raises(InputError, match="block 200 of 255"):
         read_blocks(blk_with(data, 200, 45), BLK, 4)
@@ -145,15 +145,15 @@ def test_a_child_whose_work_fails_says_nothing_and_its_range_is_done_here(
             raise RuntimeError("a child's failure")
         return list(range(lo, hi))
 
-    assert forkmap.map_ranges(10, 3, work) == list(range(10))
+    assert procmap.map_ranges(10, 3, work) == list(range(10))
     assert capfd.readouterr().err == ""
 
 
 def test_output_buffered_before_the_fork_is_written_once() -> None:
     """A child flushes the standard streams it inherited as it exits: what the caller had
     buffered (stdout to a pipe is block-buffered) must not come out once per child."""
-    code = ("import sys\nfrom workers import forkmap\nprint('before', end='')\n"
-            "print(forkmap.map_ranges(6, 3, lambda lo, hi: list(range(lo, hi))))\n")
+    code = ("import sys\nfrom workers.runtime import procmap\nprint('before', end='')\n"
+            "print(procmap.map_ranges(6, 3, lambda lo, hi: list(range(lo, hi))))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert r.returncode == 0 and r.stdout == "before[0, 1, 2, 3, 4, 5]\n", (r.stdout, r.stderr)

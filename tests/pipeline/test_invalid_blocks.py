@@ -16,7 +16,7 @@ from chain.build import build_block, build_tx
 from stores.state import BlockStatus
 from tests.pipeline.chains import Chain, assemble, confirmed, funding, script, spend
 from tests.pipeline.world import World
-from workers.sequencer import Sequencer
+from workers.chainstate.sequencer import Sequencer
 
 
 @pytest.fixture
@@ -366,7 +366,7 @@ def test_a_refused_block_that_includes_a_mempool_tx_leaves_its_age(w: World) -> 
 def no_spin(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """`submit` sleeps while another worker holds a lease; in these tests no other worker exists,
     so a sleep is a wait for ever: fail it at once."""
-    import workers.sequencer as mod
+    import workers.chainstate.sequencer as mod
 
     def sleep(_s: float) -> None:
         raise AssertionError("Sequencer.submit waits for a lease nobody holds")

@@ -1,4 +1,4 @@
-"""workers/kombu_fix.py: closing a Redis channel that holds an unacknowledged message after its
+"""workers/broker/kombu_fix.py: closing a Redis channel that holds an unacknowledged message after its
 transport was detached (what Celery does when the broker connection is lost mid-BRPOP) raises a
 connection error, which the close path ignores, instead of the AttributeError that made the
 worker exit."""
@@ -13,7 +13,7 @@ from kombu import Connection
 from kombu.transport import redis as kombu_redis
 
 from tests.pipeline.redis_server import RedisServer, broker_fixture  # noqa: F401  (the fixture)
-from workers import kombu_fix
+from workers.broker import kombu_fix
 
 
 def detached_channel_holding_a_message(url: str) -> tuple[Connection, Any]:
@@ -40,7 +40,7 @@ def test_closing_a_detached_channel_is_a_connection_error(broker: RedisServer) -
 
 
 def test_kombu_unpatched_still_has_the_bug(broker: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """When this fails, kombu has fixed the bug: workers/kombu_fix.py can go."""
+    """When this fails, kombu has fixed the bug: workers/broker/kombu_fix.py can go."""
     monkeypatch.setattr(kombu_redis.Channel, "_connparams", kombu_fix.ORIGINAL)
     conn, ch = detached_channel_holding_a_message(broker.url)
     with pytest.raises(AttributeError, match="hostname"):
@@ -52,7 +52,7 @@ def test_the_patches_refuse_a_kombu_they_were_not_written_for() -> None:
     refused with a line that says which and what to do (issue 37)."""
     import kombu
 
-    from workers.kombu_fix import kombu_problem
+    from workers.broker.kombu_fix import kombu_problem
 
     assert kombu_problem(kombu.__version__) is None
     said = kombu_problem("5.8.0")

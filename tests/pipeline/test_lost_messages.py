@@ -16,8 +16,8 @@ import pytest
 from stores.blob import open_blob_store
 from tests.pipeline.chains import Chain
 from tests.pipeline.workers import Pipeline, faults, pipeline_fixture, until  # noqa: F401  (fixture)
-from workers.blockindex import keep_block
-from workers.demochain import block_hash
+from workers.chainstate.blockindex import keep_block
+from workers.demo.demochain import block_hash
 from workers.recovery.liveness import TAKEN, UNACKED, held_block_messages, message_ident
 
 

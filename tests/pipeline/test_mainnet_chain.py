@@ -13,8 +13,8 @@ from chain.muhash import MuHash, coin_bytes
 from stores.state import BlockStatus
 from stores.utxo import Utxo, UtxoStore
 from tests.pipeline.chains import commitment_model, confirmed, confirmed_model
-from workers.commitment import muhash_hex
-from workers.sequencer import Sequencer
+from workers.chainstate.commitment import muhash_hex
+from workers.chainstate.sequencer import Sequencer
 
 SUBSIDY = 25 * 10**8  # both snapshot blocks are in the third halving era
 

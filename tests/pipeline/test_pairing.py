@@ -1,4 +1,4 @@
-"""The UTXO store and the state store belong together (`workers.pairing`): a worker started on a
+"""The UTXO store and the state store belong together (`workers.chainstate.pairing`): a worker started on a
 mistyped UTXO_STORE_URL (or UTXO_STATE_URL) refuses to start, exit 2 naming both URLs, and
 takes nothing off the queue; the right worker then applies the chain, no block refused. Every
 case of `apart` on real stores, a refusal while the stores are apart (never an invalid block),
@@ -22,9 +22,9 @@ from stores.state import BlockStatus, StateStore, open_state_store
 from stores.utxo import UtxoStore, open_utxo_store
 from tests.pipeline.chains import Chain, funding, seed, spend
 from tests.pipeline.workers import Pipeline, pipeline_fixture  # noqa: F401  (fixture)
-from workers.demochain import block_hash
-from workers.pairing import PAIRED, apart
-from workers.sequencer import Sequencer
+from workers.chainstate.pairing import PAIRED, apart
+from workers.chainstate.sequencer import Sequencer
+from workers.demo.demochain import block_hash
 
 
 def refused_start(pipeline: Pipeline, **env: str) -> subprocess.CompletedProcess[str]:

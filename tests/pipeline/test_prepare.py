@@ -1,4 +1,4 @@
-"""Blocks prepared ahead of the chain (`workers.prepare`): a second sequencer on the same stores
+"""Blocks prepared ahead of the chain (`workers.chainstate.prepare`): a second sequencer on the same stores
 prepares the commitment deltas of the blocks above the tip while the first applies them, in
 every interleaving; the commitment of every block must equal the model's, computed from the
 blocks alone, and the holder must really take the prepared deltas (a planted one shows it).
@@ -21,11 +21,11 @@ from stores.state import BlockStatus, PreparedDelta, open_state_store
 from stores.utxo import open_utxo_store
 from tests.pipeline.chains import commitment_model, spend
 from tests.pipeline.world import World
-from workers import commitment
-from workers.commitment import muhash_hex
-from workers.demochain import block_hash
-from workers.prepare import EPOCH, Coins, Preparer, basis
-from workers.sequencer import ChainBusy, Sequencer, Unfinished
+from workers.chainstate import commitment
+from workers.chainstate.commitment import muhash_hex
+from workers.chainstate.prepare import EPOCH, Coins, Preparer, basis
+from workers.chainstate.sequencer import ChainBusy, Sequencer, Unfinished
+from workers.demo.demochain import block_hash
 
 
 @pytest.fixture

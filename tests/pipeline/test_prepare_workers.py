@@ -1,4 +1,4 @@
-"""Blocks prepared ahead of the chain by real `utxo worker` processes (`workers.prepare`): the
+"""Blocks prepared ahead of the chain by real `utxo worker` processes (`workers.chainstate.prepare`): the
 worker that does not hold the chain prepares the blocks' commitment deltas, the holder takes
 them, and a worker killed (SIGKILL) in the middle of preparing leaves nothing behind that the
 chain needs — its lease is taken over, and every block's commitment is still the model's."""
@@ -22,8 +22,8 @@ from tests.pipeline.chains import (
 )
 from tests.pipeline.test_faults import FUNDS_OUTPUTS, check_complete, owner
 from tests.pipeline.workers import Pipeline, pipeline_fixture, until  # noqa: F401  (the fixture)
-from workers.commitment import muhash_hex
-from workers.prepare import LEASE
+from workers.chainstate.commitment import muhash_hex
+from workers.chainstate.prepare import LEASE
 
 
 def chain_of(pipeline: Pipeline, n_blocks: int, n_txs: int) -> tuple[Chain, list[Tx]]:

@@ -17,9 +17,9 @@ from stores.blob import blob_key, open_blob_store
 from stores.state import open_state_store
 from stores.utxo import TxNotFound, UtxoStore, open_utxo_store
 from tests.pipeline.chains import Chain, confirmed, confirmed_model, funding, outpoints, seed, spend
-from workers.demochain import block_hash
-from workers.pruner import Pruner, PrunerConfig
-from workers.sequencer import Sequencer
+from workers.chainstate.sequencer import Sequencer
+from workers.demo.demochain import block_hash
+from workers.pruning.pruner import Pruner, PrunerConfig
 
 RET = 10
 

@@ -24,7 +24,7 @@ from stores.blob import open_blob_store
 from tests.aerospike_server import needs_aerospike
 from tests.pipeline.chains import SNAPSHOT_HEIGHT, Chain, confirmed_model, funding, outpoints, spend
 from tests.pipeline.workers import ROOT, Pipeline, faults, pipeline_fixture, until  # noqa: F401  (the fixture)
-from workers.sequencer import Sequencer
+from workers.chainstate.sequencer import Sequencer
 
 RET = 10
 BACKENDS = ["sqlite", "postgresql", pytest.param("aerospike", marks=needs_aerospike)]
@@ -149,8 +149,8 @@ def apply_here(pipeline: Pipeline, funds: Sequence[Tx], blocks: int, per_block: 
 REQUESTER = """
 import json, sys
 from stores.state import open_state_store
-from workers.app import app
-from workers.pruner import RUN_TASK
+from workers.runtime.app import app
+from workers.pruning.pruner import RUN_TASK
 state = open_state_store(sys.argv[1])
 for h in json.loads(sys.argv[2]):
     r = state.prune_request(h, 600.0)

@@ -12,7 +12,7 @@ import pytest
 from chain import iter_blk_records, parse_block
 from stores.state import BlockStatus
 from tests.pipeline.chains import Chain, confirmed, confirmed_model, spend
-from workers.sequencer import Sequencer
+from workers.chainstate.sequencer import Sequencer
 
 
 def test_the_base_s_late_parent_becomes_the_base(seq: Sequencer) -> None:

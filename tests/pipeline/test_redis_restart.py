@@ -1,7 +1,7 @@
 """The broker restarted mid-run: real `utxo worker` processes, `utxo beat` and a private
 `redis-server` (nothing on disk) that is SIGKILLed while blocks and mempool transactions are
 queued, and started again on the same port. Every message it lost is sent again (the registry of
-pending messages lives in the state store; workers/requeue.py), the chain ends complete and
+pending messages lives in the state store; workers/recovery/requeue.py), the chain ends complete and
 equal to the model, every mempool transaction is in the store once, and `utxo wait` waits
 across the restart instead of returning early."""
 

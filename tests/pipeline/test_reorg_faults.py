@@ -20,13 +20,13 @@ from tests.conftest import PG_ADMIN
 from tests.pipeline.test_reorg_workers import check_branch, check_tree, conflicting, seed_tree, story
 from tests.pipeline.trees import Tree, make_tree
 from tests.pipeline.workers import Pipeline, children, faults, pipeline_fixture, until  # noqa: F401
-from workers.sequencer import APPLYING
+from workers.chainstate.sequencer import APPLYING
 
 
 def park_env(path: Path) -> dict[str, str]:
     """A worker's environment that parks the process making a conflict swap, once it has marked
     the first transaction conflicting and before it released that one's spends
-    (`workers.conflicts.Conflicts._mark`), writing its pid to `path`."""
+    (`workers.chainstate.conflicts.Conflicts._mark`), writing its pid to `path`."""
     return faults("conflict_swap", path)
 
 

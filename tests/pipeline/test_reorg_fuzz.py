@@ -19,7 +19,7 @@ from stores.utxo import open_utxo_store
 from tests.aerospike_server import drop_set, needs_aerospike, new_url
 from tests.pipeline.conftest import drop_tables
 from tests.pipeline.trees import Tree, check_store, make_tree
-from workers.sequencer import Sequencer
+from workers.chainstate.sequencer import Sequencer
 
 SEEDS = list(range(1, 25))  # the default run's trees; the slow run draws its own
 SLOW_EXAMPLES = 300

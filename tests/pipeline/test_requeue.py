@@ -1,5 +1,5 @@
-"""The re-sending scan (workers/requeue.py) over a real state store with a recording publisher,
-and the broker's identity (workers/broker.py) on a private Redis: what is due is sent once, what
+"""The re-sending scan (workers/recovery/requeue.py) over a real state store with a recording publisher,
+and the broker's identity (workers/broker/runs.py) on a private Redis: what is due is sent once, what
 is not due is left alone, a failed send is left for the next scan."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 
 from stores.state import StateStore, open_state_store
 from tests.pipeline.redis_server import RedisServer
-from workers.broker import BrokerRun, BrokerUnreachable
-from workers.ingest import BLOCK_TASK, TX_TASK
-from workers.registry import Registry
-from workers.requeue import requeue, scan
+from workers.broker.runs import BrokerRun, BrokerUnreachable
+from workers.recovery.requeue import requeue, scan
+from workers.runtime.ingest import BLOCK_TASK, TX_TASK
+from workers.runtime.registry import Registry
 
 RUN, OLD = "run-now", "run-before"
 

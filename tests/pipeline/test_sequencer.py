@@ -5,7 +5,7 @@ from __future__ import annotations
 from chain import parse_block
 from stores.state import BlockStatus
 from tests.pipeline.chains import Chain, confirmed_model, spend
-from workers.sequencer import Sequencer
+from workers.chainstate.sequencer import Sequencer
 
 
 def confirmed(seq: Sequencer) -> set[tuple[bytes, int]]:

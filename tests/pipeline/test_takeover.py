@@ -29,11 +29,11 @@ from tests.pipeline.chains import confirmed_model, funding, outpoints, spend
 from tests.pipeline.conftest import drop_tables
 from tests.pipeline.workers import Pipeline, children, faults, pipeline_fixture, until  # noqa: F401
 from tests.pipeline.world import World
-from workers.blockapply import BlockApplier
-from workers.conflicts import Conflicts
-from workers.mempool import apply_tx, hold_inputs, make_record, waiting_for_parents
+from workers.chainstate.blockapply import BlockApplier
+from workers.chainstate.conflicts import Conflicts
+from workers.chainstate.mempool import apply_tx, hold_inputs, make_record, waiting_for_parents
+from workers.chainstate.sequencer import Sequencer
 from workers.recovery.handlers import handle
-from workers.sequencer import Sequencer
 from workers.settings import Settings
 
 Outpoint = tuple[bytes, int]

@@ -18,8 +18,8 @@ from stores.state import BlockStatus, StateStore, open_state_store
 from stores.utxo import UtxoStore, open_utxo_store
 from tests.pipeline.chains import SNAPSHOT_HASH, confirmed, confirmed_model, funding, outpoints, seed, spend
 from tests.pipeline.workers import Pipeline, pipeline_fixture  # noqa: F401  (fixture)
-from workers.demochain import block_hash
-from workers.sequencer import Sequencer
+from workers.chainstate.sequencer import Sequencer
+from workers.demo.demochain import block_hash
 
 World = tuple[UtxoStore, StateStore, Sequencer]
 

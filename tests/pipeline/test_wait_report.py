@@ -10,7 +10,7 @@ import pytest
 
 from tests.pipeline.chains import Chain, funding, spend
 from tests.pipeline.workers import Pipeline, pipeline_fixture  # noqa: F401  (fixture)
-from workers.demochain import block_hash
+from workers.demo.demochain import block_hash
 
 
 @pytest.mark.timeout(120)

@@ -30,8 +30,8 @@ from tests.pipeline.chains import (
     confirmed_model,
     snapshot_utxos,
 )
-from workers.commitment import muhash_hex
-from workers.demochain import Branch, tag_script
+from workers.chainstate.commitment import muhash_hex
+from workers.demo.demochain import Branch, tag_script
 
 Outpoint = tuple[bytes, int]
 FEE = 300

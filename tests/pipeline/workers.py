@@ -23,8 +23,8 @@ from stores.utxo import UtxoStore, open_utxo_store
 from tests.aerospike_server import drop_set, needs_aerospike, new_url
 from tests.conftest import REDIS
 from tests.pipeline.chains import Chain, seed
-from workers.localredis import claim_database
-from workers.registry import Registry
+from workers.demo.localredis import claim_database
+from workers.runtime.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,7 +54,7 @@ class Pipeline:
             "UTXO_BROKER_URL": broker,
             "UTXO_BATCH_SIZE": "50",
             # Small units, so that the phases of every block of 28 txs or more (4 units: see
-            # workers.services.SHARE_FROM_UNITS) are shared between the workers (the chunk
+            # workers.runtime.services.SHARE_FROM_UNITS) are shared between the workers (the chunk
             # board, helper tasks, and multi-record txs' pages as units).
             "UTXO_BLOCK_CHUNK_TXS": "7",
             "UTXO_BLOCK_CHUNK_HELPERS": "2",
@@ -216,7 +216,7 @@ class Pipeline:
             store.close()
 
     def pending(self) -> set[str]:
-        """The ids of the registry of pending messages (workers/registry.py)."""
+        """The ids of the registry of pending messages (workers/runtime/registry.py)."""
         state = self.open_state()
         try:
             return Registry(state).pending()
@@ -285,7 +285,7 @@ def any_pipeline_fixture(request: pytest.FixtureRequest, pipeline: Pipeline) -> 
 def pipeline_fixture(tmp_path: Path) -> Iterator[Pipeline]:
     # An empty database of the suite's Redis (UTXOFLOW_TEST_REDIS) claimed for this test, emptied at
     # the end only while the claim is still its own: no one else's data is touched
-    # (`workers.localredis`).
+    # (`workers.demo.localredis`).
     claimed = claim_database(f"{REDIS}/0")
     p = Pipeline(tmp_path, claimed.url)
     try:

@@ -25,8 +25,8 @@ from tests.pipeline.chains import (
     snapshot_utxos,
     spend,
 )
-from workers.commitment import muhash_hex
-from workers.sequencer import Sequencer
+from workers.chainstate.commitment import muhash_hex
+from workers.chainstate.sequencer import Sequencer
 
 Outpoint = tuple[bytes, int]
 

@@ -18,7 +18,7 @@ from chain import Tx
 from stores.utxo import SpendRejected
 from tests.aerospike_server import fresh_store, needs_aerospike
 from tests.stores.helpers import child, created, funding, uhash
-from workers.conflicts import BLOCK_SPEND
+from workers.chainstate.conflicts import BLOCK_SPEND
 
 pytestmark = needs_aerospike
 HEIGHT = 101
@@ -185,7 +185,7 @@ def test_a_record_made_beside_a_refused_delivery_holds_its_inputs_again(
     """The same window with a delivery beside the refused one: it made the record (its inputs
     all its own when it looked) before the refused delivery freed one. `apply_tx` looks for
     the record after freeing, finds it, and spends the freed input again for it."""
-    from workers.mempool import apply_tx
+    from workers.chainstate.mempool import apply_tx
 
     p1, p2 = funding(1), funding(1)
     created(store, p1, p2, mined=True)

@@ -1,6 +1,6 @@
 """`UtxoStore.identity` on every backend: made on the first ask and kept for good (reopened, asked
 by two processes' stores at once: one id), and another store's is another id. The state store
-pairs with it (`workers.pairing`: tests/pipeline/test_pairing.py). And what the store, not its
+pairs with it (`workers.chainstate.pairing`: tests/pipeline/test_pairing.py). And what the store, not its
 URL, tells the pipeline: whether `fused` is one transaction; its backend's own batch size."""
 
 from __future__ import annotations

@@ -59,9 +59,9 @@ class Context:
 
     def broker_url(self, then: str = "") -> str:
         """UTXO_BROKER_URL, refused (BadInput naming it, then `then`) when it cannot work at all
-        (workers.broker.broker_error: a URL no broker takes, or a Redis that refuses its database
+        (workers.broker.runs.broker_error: a URL no broker takes, or a Redis that refuses its database
         or credentials): checked before anything is started, opened or sent."""
-        from workers.broker import broker_error
+        from workers.broker.runs import broker_error
 
         url = self.settings.broker_url
         error = broker_error(url)

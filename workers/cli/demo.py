@@ -5,13 +5,13 @@ the generator's own model and prints one JSON summary.
 Invariants:
 - Self-contained: its stores (SQLite UTXO and state stores, file blobs) are in a fresh
   directory, and its broker is a database of its own on the Redis at UTXO_BROKER_URL or a
-  private redis-server (workers/localredis.py). No other UTXO_* setting of the caller reaches
+  private redis-server (workers/demo/localredis.py). No other UTXO_* setting of the caller reaches
   its processes, and the caller's stores and Redis data are never touched.
 - Everything it starts (workers, Flower, a private Redis) is stopped when it ends, fails or is
   interrupted by SIGINT or SIGTERM (with --keep: when it is interrupted); each carries
   UTXOFLOW_DEMO_DIR=<its directory> in its environment, so they can be found.
 - Blocks go in through the ingest code `utxo enqueue` uses and are waited for as `utxo wait`
-  waits; the result is checked against the generator's model (workers/demochain.py), never
+  waits; the result is checked against the generator's model (workers/demo/demochain.py), never
   against the store itself.
 - stdout holds one JSON object, and only when the check passed; progress goes to stderr. A
   failed check or a pipeline that does not finish is one line on stderr and exit 1.
@@ -32,10 +32,10 @@ import click
 from chain import hash_to_hex, parse_block
 from workers.cli.app import BadInput, Context, cli, emit, log
 from workers.cli.progress import Reporter
-from workers.demochain import SNAPSHOT_HASH, SNAPSHOT_HEIGHT, DemoChain, block_hash, generate
-from workers.localredis import Broker, NoRedis, answers, claim_database, free_port, start_private
+from workers.demo.demochain import SNAPSHOT_HASH, SNAPSHOT_HEIGHT, DemoChain, block_hash, generate
+from workers.demo.localredis import Broker, NoRedis, answers, claim_database, free_port, start_private
+from workers.demo.supervisor import Child, Supervisor, sigterm_interrupts
 from workers.settings import mask_url
-from workers.supervisor import Child, Supervisor, sigterm_interrupts
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout the workers must import this code from
 DEMO_BATCH_SIZE = 1000  # small, so that the 2,500-output transaction spans three records
@@ -96,7 +96,7 @@ class Demo:
 
     def start_processes(self) -> None:
         env, py = self.env(), sys.executable
-        # This process sends the messages (workers.app reads the broker from the environment)
+        # This process sends the messages (workers.runtime.app reads the broker from the environment)
         # and reads the stores: the same settings as its children, and no others.
         for k in [k for k in os.environ if k.upper().startswith("UTXO_")]:
             del os.environ[k]
@@ -166,9 +166,9 @@ class Demo:
     def apply(self, rep: Reporter, label: str, blocks: list[bytes], deadline: float) -> float:
         """Enqueue `blocks` as `utxo enqueue` does, and wait as `utxo wait` does until each is
         settled; the seconds it took. Progress counts the transactions of settled blocks."""
-        from workers.ingest import submit_block
-        from workers.registry import BlockSettled
-        from workers.services import services
+        from workers.runtime.ingest import submit_block
+        from workers.runtime.registry import BlockSettled
+        from workers.runtime.services import services
 
         svc = services(**self.settings())
         settled = BlockSettled(svc.state)
@@ -247,7 +247,7 @@ class Demo:
         }
 
     def expect_tip(self, want: bytes, what: str) -> None:
-        from workers.services import services
+        from workers.runtime.services import services
 
         state = services().state
         tip = state.tip()
@@ -260,8 +260,8 @@ class Demo:
     def check(self, chain: DemoChain) -> dict[str, Any]:
         """The store's confirmed view against the generator's model; the summary's figures."""
         from stores.state import BlockStatus
-        from workers import commitment  # (its MuHash's imports: only the commands that use it)
-        from workers.services import services
+        from workers.chainstate import commitment  # (its MuHash's imports: only the commands that use it)
+        from workers.runtime.services import services
 
         svc = services()
         got = {(u.txid, u.vout): u.satoshis for u in svc.utxo.iter_utxos(confirmed=True)}

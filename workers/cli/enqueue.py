@@ -20,8 +20,8 @@ from workers.cli.pipeline import _export
 from workers.cli.progress import Reporter
 
 if TYPE_CHECKING:
-    from workers.ingest import CheckedBlock
-    from workers.services import Services
+    from workers.runtime.ingest import CheckedBlock
+    from workers.runtime.services import Services
 
 T = TypeVar("T")
 
@@ -35,7 +35,7 @@ def _read(path: str) -> tuple[str, bytes]:
 
 def _parse_all(files: tuple[str, ...], parse: Callable[[bytes, str], list[T]]) -> list[T]:
     """Every item of every file, all checked before anything is enqueued (bad bytes: nothing)."""
-    from workers.ingest import InputError
+    from workers.runtime.ingest import InputError
 
     items: list[T] = []
     for f in files:
@@ -57,7 +57,7 @@ def enqueue_group() -> None:
 @click.pass_obj
 def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
     """Binary or hex blocks, or Bitcoin Core blk*.dat files (any network magic); - is stdin."""
-    from workers.ingest import read_blocks, submit_block
+    from workers.runtime.ingest import read_blocks, submit_block
 
     def one(svc: Services, block: CheckedBlock) -> dict[str, Any]:
         submit_block(block.raw, svc, block)
@@ -77,7 +77,7 @@ def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
 @click.pass_obj
 def enqueue_tx(obj: Context, files: tuple[str, ...]) -> None:
     """A binary transaction per file, or hex transactions one per line (standard or BIP-239)."""
-    from workers.ingest import read_txs, submit_tx
+    from workers.runtime.ingest import read_txs, submit_tx
 
     def one(svc: Services, tx: Tx) -> dict[str, Any]:
         submit_tx(tx.serialize(extended=True) if tx.is_extended else tx.raw, svc)
@@ -98,7 +98,7 @@ def _enqueue(
     """Everything read and checked first — the files, the broker URL, what the store can tell
     (`check`), the broker answering — and only then each item sent, its JSON line on stdout once
     sent, with progress on stderr; a broker that fails part-way says how far the input got."""
-    from workers.services import services
+    from workers.runtime.services import services
 
     _export(obj)
     items = _parse_all(files, read)
@@ -118,7 +118,7 @@ def _enqueue(
 def _check_joins(snapshot: tuple[int, bytes] | None, blocks: list[CheckedBlock]) -> None:
     """On a store seeded with a UTXO snapshot: no block that can never join the chain continuing
     it (one at or below the snapshot's height) — it would wait as an orphan for ever."""
-    from workers.ingest import below_snapshot_block
+    from workers.runtime.ingest import below_snapshot_block
 
     found = None if snapshot is None else below_snapshot_block(blocks, snapshot)
     if found is not None:
@@ -134,8 +134,8 @@ def _check_joins(snapshot: tuple[int, bytes] | None, blocks: list[CheckedBlock])
 def _check_broker(obj: Context) -> None:
     """Before anything is registered or sent: the broker answers (a Redis that is down, or a
     database number it does not have, is refused here rather than after the first send)."""
-    from workers.broker import BrokerRun, BrokerUnreachable
-    from workers.startup import first_line
+    from workers.broker.runs import BrokerRun, BrokerUnreachable
+    from workers.runtime.startup import first_line
 
     try:
         BrokerRun(obj.settings.broker_url).current(fresh=True)
@@ -153,7 +153,7 @@ def _broker_errors(obj: Context, sent: int, total: int, what: str) -> Iterator[N
     from kombu.exceptions import OperationalError
     from redis import RedisError
 
-    from workers.startup import first_line
+    from workers.runtime.startup import first_line
 
     try:
         yield

@@ -42,7 +42,7 @@ MOVED = "the chain moved while exporting: stop the workers or wait, then export 
 def kept_commitment(state: StateStore) -> tuple[Header, Commitment]:
     """The header of the tip and the commitment kept for it: NotFound without a tip, BadInput
     without a commitment."""
-    from workers import commitment  # (its MuHash's imports: only the commands that use it)
+    from workers.chainstate import commitment  # (its MuHash's imports: only the commands that use it)
 
     tip = state.tip()
     if tip is None or tip.height is None:  # (an applied block always has its height)
@@ -72,7 +72,7 @@ def written(
 
 def write_set(store: UtxoStore, out: IO[str], header: Header, advance: Callable[[int], None]) -> Commitment:
     """The header, then the store's confirmed set; the commitment of the lines written."""
-    from workers import commitment  # (its MuHash's imports: only the commands that use it)
+    from workers.chainstate import commitment  # (its MuHash's imports: only the commands that use it)
 
     out.write(header.line())
     rows = store.iter_utxos(confirmed=True)
@@ -88,7 +88,7 @@ def write_set(store: UtxoStore, out: IO[str], header: Header, advance: Callable[
 
 def verify(state: StateStore, header: Header, kept: Commitment, made: Commitment) -> None:
     """BadInput unless the tip is still the header's block and what was written is its commitment."""
-    from workers import commitment  # (its MuHash's imports: only the commands that use it)
+    from workers.chainstate import commitment  # (its MuHash's imports: only the commands that use it)
 
     after = state.tip()
     if after is None or after.hash != header.block_hash:

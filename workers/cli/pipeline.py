@@ -45,7 +45,7 @@ REFUSALS_LISTED = 20  # `utxo wait`: refusals listed on stdout (all are counted)
 def worker_cmd(obj: Context, queues: str, concurrency: int, loglevel: str, name: str | None,
                prefetch: int, metrics_port: int | None) -> None:
     """A Celery worker of this app. It opens each store before it takes a message (a store
-    that cannot work: exit 2); `celery -A workers.app worker` runs the same worker without that
+    that cannot work: exit 2); `celery -A workers.runtime.app worker` runs the same worker without that
     check. Exit status: 0 after SIGTERM (a warm shutdown), 1 after an unrecoverable error or
     SIGINT/SIGQUIT."""
     if metrics_port is not None:
@@ -54,15 +54,15 @@ def worker_cmd(obj: Context, queues: str, concurrency: int, loglevel: str, name:
     from workers.ops import multiproc  # before anything imports prometheus_client (see there)
 
     multiproc.prepare(obj.settings.metrics_port)
-    from workers.startup import CannotStart, check_stores
+    from workers.runtime.startup import CannotStart, check_stores
 
-    try:  # before a single message is taken (see workers/startup.py)
+    try:  # before a single message is taken (see workers/runtime/startup.py)
         check_stores(obj.settings)
     except CannotStart as e:
         raise BadInput(str(e)) from e
     from celery.utils.nodenames import default_nodename, host_format
 
-    from workers.app import app
+    from workers.runtime.app import app
 
     node = host_format(default_nodename(name or f"utxo-{os.getpid()}@{socket.gethostname()}"))
     # `app.Worker`, as `celery worker` builds it, rather than `app.worker_main`, which drops the
@@ -86,7 +86,7 @@ def beat_cmd(obj: Context, loglevel: str) -> None:
     only doubles scans, which are safe to run at once."""
     _export(obj)
     obj.broker_url()  # (and the settings) checked before starting anything
-    from workers.app import app
+    from workers.runtime.app import app
 
     app.start(["beat", "-l", loglevel])
 
@@ -101,7 +101,7 @@ def wait_cmd(obj: Context, timeout: float) -> int:
     REFUSALS_LISTED, with the rival where one holds what it wanted), counted in "refused" and
     on stderr. Progress goes to stderr: blocks and transactions done and pending, rate, time
     left."""
-    from workers.registry import BlockSettled, Registry
+    from workers.runtime.registry import BlockSettled, Registry
 
     state = obj.open_state()
     reg = Registry(state)  # in the state store: it outlives a restart of the broker
@@ -163,7 +163,7 @@ def block_cmd(obj: Context, block_hash: str) -> None:
 
     An applied block also shows the confirmed set it left: "muhash" (MuHash3072 as Bitcoin Core's
     gettxoutsetinfo prints it), "utxos" and "satoshis"."""
-    from workers import commitment  # (its MuHash's imports: only the commands that use it)
+    from workers.chainstate import commitment  # (its MuHash's imports: only the commands that use it)
 
     try:
         h = hex_to_hash(block_hash)
@@ -203,7 +203,8 @@ def flower_cmd(obj: Context, port: int, address: str | None) -> None:
     if auth and not all(":" in pair and pair.split(":", 1)[0] for pair in auth.split(",")):
         raise BadInput("UTXO_FLOWER_BASIC_AUTH must be user:password[,user:password…]")
     args = [
-        sys.executable, "-m", "celery", "-A", "workers.app", "flower", f"--port={port}", f"--address={addr}",
+        sys.executable, "-m", "celery", "-A", "workers.runtime.app", "flower", f"--port={port}",
+        f"--address={addr}",
     ]
     env = dict(os.environ)
     if auth:

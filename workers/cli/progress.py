@@ -86,7 +86,7 @@ class Reporter:
 
 class WaitProgress:
     """`utxo wait`'s progress: a step per kind of message waited for (blocks, txs), counted from
-    the ids the registry reports still waited for (workers.registry.Registry.wait)."""
+    the ids the registry reports still waited for (workers.runtime.registry.Registry.wait)."""
 
     EVERY_S = 10.0  # seconds between plain progress lines (stderr no terminal)
 

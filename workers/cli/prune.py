@@ -1,5 +1,5 @@
 """`utxo prune`: request a pruning run (latest height wins) and print its job, or, with `--jobs`,
-the pruner's status and its last jobs (workers/pruner.py)."""
+the pruner's status and its last jobs (workers/pruning/pruner.py)."""
 
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ def prune_cmd(obj: Context, height: int | None, wait: bool, timeout: float, show
 
 
 def _request(obj: Context, state: Any, height: int) -> PruneJob:
-    from workers.app import app
-    from workers.pruner import RUN_TASK
+    from workers.pruning.pruner import RUN_TASK
+    from workers.runtime.app import app
 
     r = state.prune_request(height, obj.settings.pruner_job_timeout)
     if r.start:

@@ -255,7 +255,7 @@ def stats_cmd(obj: Context, hash_type: str, verify: bool) -> None:
 
 
 def _tip_commitment(obj: Context, verify: bool) -> dict[str, Any]:
-    from workers import commitment  # (its MuHash's imports: only the commands that use it)
+    from workers.chainstate import commitment  # (its MuHash's imports: only the commands that use it)
 
     state = obj.open_state(create=False)
     try:

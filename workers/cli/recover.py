@@ -69,10 +69,10 @@ def status(state: StateStore, last: int) -> dict[str, Any]:
 
 
 def _manager(obj: Context, state: StateStore) -> Any:
-    from workers.app import app
     from workers.recovery.handlers import release_all
     from workers.recovery.run import build
-    from workers.services import services
+    from workers.runtime.app import app
+    from workers.runtime.services import services
 
     def inline(entries: list[RecoveryEntry], _holder: str) -> list[dict[str, Any]]:
         return release_all(services(), entries)

@@ -10,7 +10,7 @@ Invariants:
   on height or coinbase. A bad line is BadInput naming its line number.
 - Entries created above the snapshot height are not part of it: skipped and counted.
 - With a header, the commitment of what would be imported (the entries at or below the height
-  that are not data carriers: `workers.commitment`) is computed in the spool's pass and must be
+  that are not data carriers: `workers.chainstate.commitment`) is computed in the spool's pass and must be
   the header's (MuHash, outputs, satoshis) before the first write; else BadInput names both.
 - The store receives the snapshot in txid order, in batches that never split a transaction's
   outputs (the store makes one record per txid per call).
@@ -145,7 +145,7 @@ def snapshot_block(header: Header | None, height: int | None, block_hash: bytes 
 
 def check_header(header: Header, found: Commitment, source: str) -> None:
     """BadInput naming each value of the header the entries do not give."""
-    from workers import commitment  # (its MuHash's imports: only the commands that use it)
+    from workers.chainstate import commitment  # (its MuHash's imports: only the commands that use it)
 
     muhash = commitment.muhash_hex(found)
     wrong = [
@@ -232,9 +232,9 @@ class Spool:
         hashed: bool = False,
     ) -> Commitment | None:
         """Spool and check every line. With `hashed`, the commitment of what the import would
-        write (`workers.commitment`), computed in the same pass; it means something only once
+        write (`workers.chainstate.commitment`), computed in the same pass; it means something only once
         the checks have passed (they refuse a duplicated output, which it would count twice)."""
-        from workers import commitment  # (its MuHash's imports: only the commands that use it)
+        from workers.chainstate import commitment  # (its MuHash's imports: only the commands that use it)
 
         self.db.execute("BEGIN")
         entries = self._spool(lines, height, advance, first_line)
@@ -389,9 +389,9 @@ def import_utxos_cmd(obj: Context, file: str, height: int | None, block_hash: st
     "data_carriers" the zero-satoshi OP_RETURN entries that never enter the UTXO set, "muhash"
     the set's commitment (kept in the state store for the snapshot's block).
     """
-    from workers import commitment  # (its MuHash's imports: only the commands that use it)
-    from workers.blockindex import seed_from_snapshot
-    from workers.pairing import apart
+    from workers.chainstate import commitment  # (its MuHash's imports: only the commands that use it)
+    from workers.chainstate.blockindex import seed_from_snapshot
+    from workers.chainstate.pairing import apart
 
     given: bytes | None = None
     if block_hash is not None:
@@ -420,7 +420,7 @@ def import_utxos_cmd(obj: Context, file: str, height: int | None, block_hash: st
         # The snapshot block's commitment, for the first block applied on it (which would
         # otherwise compute it from the store, holding the chain meanwhile) and for `stats --hash
         # muhash`; the block itself as the chain's tip, so that `utxo tip` and `stats` tell it
-        # at once; the two stores paired (`workers.pairing`).
+        # at once; the two stores paired (`workers.chainstate.pairing`).
         state.commit(commitments={at_block: made})
         seed_from_snapshot(state, (at_height, at_block))
         problem = apart(state, store, pair=True)

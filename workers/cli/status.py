@@ -1,7 +1,7 @@
 """`utxo status` (one screen of the deployment, for a person; `--json` for scripts; `--watch`)
 and `utxo metrics` (the same snapshot as Prometheus metrics, printed once or served on a port).
-Both read workers/ops/cluster.py's snapshot: state store and broker, nothing else. `utxo
-dead-letters` lists (and drops) the messages workers set aside (workers/kombu_fix.py)."""
+Both read workers/monitor/cluster.py's snapshot: state store and broker, nothing else. `utxo
+dead-letters` lists (and drops) the messages workers set aside (workers/broker/kombu_fix.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ NOTHING_HERE = "no utxoflow deployment found"
 
 
 def _take(obj: Context, window: int) -> dict[str, Any]:
-    from workers.ops.cluster import take
+    from workers.monitor.cluster import take
 
     return take(obj.settings, window)
 
@@ -46,7 +46,7 @@ def status_cmd(obj: Context, as_json: bool, watch: float | None, window: int) ->
     if as_json:
         emit(snap)
     else:
-        from workers.ops.screen import render
+        from workers.monitor.screen import render
 
         _console().print(render(snap))
     failed = _failed(snap)
@@ -64,7 +64,7 @@ def _console() -> Any:
 def _watch(obj: Context, as_json: bool, every: float, window: int) -> int:
     from rich.live import Live
 
-    from workers.ops.screen import render
+    from workers.monitor.screen import render
 
     _stop_on_sigterm()
     first = _take(obj, window)
@@ -107,7 +107,7 @@ def metrics_cmd(obj: Context, port: int | None, address: str) -> int:
     histograms on UTXO_METRICS_PORT. Printed once, exit 2 when a source cannot be read."""
     from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
-    from workers.ops.exposition import SnapshotCollector
+    from workers.monitor.exposition import SnapshotCollector
 
     last: dict[str, Any] = {}
 
@@ -152,7 +152,7 @@ def dead_letters_cmd(obj: Context, drop: bool) -> None:
 
     import redis
 
-    from workers.kombu_fix import DEAD_LETTERS
+    from workers.broker.kombu_fix import DEAD_LETTERS
 
     url = obj.broker_url()
     try:

@@ -39,7 +39,7 @@ def _block_hash(text: str) -> bytes:
 def _refusing(block_hash: str, done: str, wait_s: float) -> Iterator[None]:
     """What a verdict's errors say (see the invariants): an unknown block or one that cannot be
     `done` is bad input; a chain held all along is exit 1."""
-    from workers.sequencer import ChainBusy
+    from workers.chainstate.sequencer import ChainBusy
 
     try:
         yield
@@ -55,7 +55,7 @@ def _refusing(block_hash: str, done: str, wait_s: float) -> Iterator[None]:
 def _then(obj: Context, svc: Any) -> dict[str, Any]:
     """Enqueue the best candidate when the chain is to move (see the invariants); where it
     stands."""
-    from workers.ingest import BLOCK_TASK, send
+    from workers.runtime.ingest import BLOCK_TASK, send
 
     tip, best = svc.state.tip(), svc.state.best_candidate()
     out: dict[str, Any] = {"tip": None if tip is None else tip.to_json()}
@@ -77,7 +77,7 @@ def invalidate_cmd(obj: Context, block_hash: str, reason: str, wait_s: float) ->
     """Refuse block HASH and its descendants (Bitcoin Core's invalidateblock). An applied block
     is first taken off the chain with every block above it; the heaviest valid branch is then
     enqueued for the workers to apply. Prints {"block", "tip", "enqueued"?}."""
-    from workers.services import services
+    from workers.runtime.services import services
 
     h = _block_hash(block_hash)
     _export(obj)
@@ -97,8 +97,8 @@ def reconsider_cmd(obj: Context, block_hash: str, wait_s: float) -> None:
     ancestors and their invalid descendants are placed again, to be checked again when they
     are applied; the best chain is then enqueued for the workers. Prints {"placed", "tip",
     "enqueued"?}; "placed" is empty when the block was not invalid."""
-    from workers.blockindex import BlockMissing
-    from workers.services import services
+    from workers.chainstate.blockindex import BlockMissing
+    from workers.runtime.services import services
 
     h = _block_hash(block_hash)
     _export(obj)

@@ -1,2 +1,2 @@
-"""What an operator sees: Prometheus metrics of each worker process and of the whole deployment,
-the `utxo status` snapshot, recent activity rates, and JSON log lines."""
+"""The instruments every process records with: Prometheus metrics (and their multiprocess
+directory), recent activity counts in Redis, and JSON log lines."""

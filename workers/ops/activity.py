@@ -121,7 +121,7 @@ def enable(broker_url: str) -> None:
     """Record this process's activity (and its forked children's) in the broker at `broker_url`
     (a broker that is not Redis: nothing is recorded)."""
     global _url, _activity
-    from workers.broker import is_redis
+    from workers.broker.runs import is_redis
 
     if is_redis(broker_url):
         _url, _activity = broker_url, Activity(broker_url)

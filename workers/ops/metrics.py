@@ -10,7 +10,7 @@ sequencer's commit): a batch rolled back and applied again counts once.
 
 Names follow Prometheus' conventions: `utxoflow_` prefix, base units (`_seconds`), `_total`
 for counters. What the whole deployment holds (tip, lag, queues, pending messages, pruner and
-recovery state) is not here: it is read at scrape time by `utxo metrics` (workers/ops/cluster.py),
+recovery state) is not here: it is read at scrape time by `utxo metrics` (workers/monitor/cluster.py),
 so that N workers do not report it N times.
 """
 
@@ -52,7 +52,8 @@ MEMPOOL_TXS = Counter(
 )
 BLOCKS_PREPARED = Counter(
     "utxoflow_blocks_prepared_total", "Commitment deltas of blocks ahead of the chain: made by a worker "
-    "that did not hold it, and taken by the holder when it applied the block (workers/prepare.py).",
+    "that did not hold it, and taken by the holder when it applied the block "
+    "(workers/chainstate/prepare.py).",
     ["event"],
 )
 BLOCK_SECONDS = Histogram(

@@ -8,7 +8,7 @@ a fresh directory and sets PROMETHEUS_MULTIPROC_DIR before anything imports it (
 module imports prometheus_client only inside its functions, for that reason); the main process
 serves the sum over every process of the directory (`serve`), and a child that ends marks itself
 dead (its live gauges go; its counters stay, as counters must). Under
-`celery -A workers.app worker` the operator sets PROMETHEUS_MULTIPROC_DIR to an empty directory,
+`celery -A workers.runtime.app worker` the operator sets PROMETHEUS_MULTIPROC_DIR to an empty directory,
 as prometheus-client's documentation says.
 """
 

@@ -1,3 +1,3 @@
-"""The recovery manager (the transaction-recovery service's design): leader election, leased claims
-of what a crash left behind, and giving back what dead workers and lost messages held; run inside
-workers and by `utxo recover`."""
+"""Finishing what a crash or a lost message left behind: the recovery manager (leader election,
+leased claims, handlers, workers' liveness; run inside workers and by `utxo recover`) and the
+re-sending of messages a broker lost (`requeue`)."""

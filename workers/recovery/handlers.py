@@ -18,7 +18,7 @@ A tx entry (`tx:<txid>`, a mempool tx enqueued) ends
 An unmined record's inputs are checked to be its own at every scan (`mempool.hold_inputs`: a
 check its task never finished), and a tx found `orphan` frees what a dead attempt of it left.
 A tx with no record whose bytes are in the blob store and that was never accepted is applied
-again here (workers/mempool.py: idempotent). A master still `creating` is finished first.
+again here (workers/chainstate/mempool.py: idempotent). A master still `creating` is finished first.
 
 A creation entry (`creation:<txid>`) is finished from its blob (`complete_creation`); a lapsed
 lock that left neither a record nor a blob is cleared. Either way the entry goes (`done`).
@@ -39,9 +39,9 @@ from stores.blob.protocol import BlobNotFound, blob_key
 from stores.errors import StorageError
 from stores.state.recovery import DONE, PENDING, RecoveryEntry
 from stores.utxo import SpendRejected, TxCoinbaseImmature, TxLocked, TxNotFound, UtxoError
-from workers.mempool import apply_tx, give_up, hold_inputs, waiting_for_parents
+from workers.chainstate.mempool import apply_tx, give_up, hold_inputs, waiting_for_parents
 from workers.ops import metrics
-from workers.services import Services
+from workers.runtime.services import Services
 
 log = logging.getLogger("utxoflow.recovery")
 
@@ -122,7 +122,7 @@ def _by_record(svc: Services, entry: RecoveryEntry, txid: bytes) -> Verdict | No
         return _after_grace(svc, entry, "conflicting", seen=True)
     if meta.block_ids and meta.unmined_since is None:
         return Verdict("confirmed", f"confirmed: mined at height {max(meta.block_heights, default=0)}", True)
-    if meta.tx is not None:  # its inputs still its own (workers/mempool.py: a check cut short)
+    if meta.tx is not None:  # its inputs still its own (workers/chainstate/mempool.py: a check cut short)
         held = hold_inputs(svc.utxo, meta.tx, svc.utxo.current_height())
         if held is not None and not waiting_for_parents(held):
             return _after_grace(svc, entry, "conflicting", str(held), seen=True)

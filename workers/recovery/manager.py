@@ -4,7 +4,7 @@ what a dead worker, a lost message or a crash left behind, and has it finished.
 Every UTXO_RECOVERY_SCAN_INTERVAL seconds a manager tries to lead (workers/recovery/leader.py);
 while it leads, each scan
 1. gives back the messages dead workers held (workers/recovery/liveness.py), and every
-   UTXO_REQUEUE_INTERVAL sends again the pending messages a broker lost (workers/requeue.py);
+   UTXO_REQUEUE_INTERVAL sends again the pending messages a broker lost (workers/recovery/requeue.py);
 2. sends one block message to take the chain up when it is not at rest and nobody holds its
    lease (a coordinator that died mid-block, its chunk-board claims lapsed with it), and sends
    again a block message lost on its way to a worker (`_lost_blocks`);
@@ -37,7 +37,7 @@ from stores.errors import StorageError
 from stores.lease import holder_gone
 from stores.state import StateStore
 from stores.state.recovery import RecoveryEntry
-from workers.broker import BrokerRun, BrokerUnreachable
+from workers.broker.runs import BrokerRun, BrokerUnreachable
 from workers.recovery.leader import Leadership
 from workers.settings import Settings
 
@@ -136,8 +136,8 @@ class RecoveryManager:
             return {"failed": f"{type(e).__name__}: {e}"}
 
     def _chain(self) -> dict[str, Any]:
-        from workers.ingest import BLOCK_TASK
-        from workers.sequencer import LEASE, resume_message
+        from workers.chainstate.sequencer import LEASE, resume_message
+        from workers.runtime.ingest import BLOCK_TASK
 
         holder = self.state.lease_holder(LEASE)
         if holder is not None and not holder_gone(holder):
@@ -160,7 +160,7 @@ class RecoveryManager:
         delivery in two scans at least LOST_SEEN_S apart (a worker that just took one notes
         it within milliseconds). The chain's progress then waits seconds for them, not
         UTXO_REQUEUE_AFTER; a second delivery of one is harmless (the task is idempotent)."""
-        from workers.ingest import BLOCK_TASK
+        from workers.runtime.ingest import BLOCK_TASK
 
         assert self.held is not None and self.send is not None
         now = time.time()
@@ -239,9 +239,9 @@ class RecoveryManager:
 
 
 def broker_requeue(state: StateStore, broker: BrokerRun, after_s: float) -> Callable[[], dict[str, Any]]:
-    """The re-sending scan of workers/requeue.py, as a manager's step."""
-    from workers.ingest import publish_known
-    from workers.requeue import requeue
+    """The re-sending scan of workers/recovery/requeue.py, as a manager's step."""
+    from workers.recovery.requeue import requeue
+    from workers.runtime.ingest import publish_known
 
     def step() -> dict[str, Any]:
         return requeue(state, broker.current(fresh=True), after_s, partial(publish_known, state)).to_json()

@@ -23,7 +23,7 @@ from typing import Any
 from stores.lease import holder_id
 from stores.state import StateStore, open_state_store
 from stores.state.recovery import RecoveryEntry
-from workers.broker import BrokerRun, is_redis
+from workers.broker.runs import BrokerRun, is_redis
 from workers.recovery.leader import leadership
 from workers.recovery.liveness import Heartbeat, client, held_block_messages, kombu_restore, restore_dead
 from workers.recovery.manager import Dispatch, RecoveryManager, broker_requeue
@@ -54,7 +54,7 @@ def build(settings: Settings, state: StateStore, dispatch: Dispatch, app: Any) -
         return found
 
     def send(task: str, args: list[Any]) -> None:
-        from workers.ingest import BLOCK_TASK, publish_known
+        from workers.runtime.ingest import BLOCK_TASK, publish_known
 
         if task == BLOCK_TASK:  # (short id, height and hash in Flower, as every block message)
             publish_known(state, task, *args)

@@ -23,8 +23,8 @@ Invariants:
   spend while it has no record (`take_back_input`, never a slot a block's call marked), and
   looks for the record again after: a delivery beside it that spent everything meanwhile (a
   rival's brief hold ended) and made the record gets its inputs held again or is made
-  conflicting (`workers.mempool`). A block that needs one first takes it over
-  (`workers.conflicts.take_over`). One delivery of a txid at a time (a lease around spend and
+  conflicting (`workers.chainstate.mempool`). A block that needs one first takes it over
+  (`workers.chainstate.conflicts.take_over`). One delivery of a txid at a time (a lease around spend and
   create) was tried and reverted for its own races (a put-back after a refused block's
   rollback, a holder outliving its lease); the block tokens above are the part of it that hold
   on their own.

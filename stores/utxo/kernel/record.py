@@ -128,7 +128,7 @@ class Record:
     def height(self) -> int | None:
         """The height its outputs were created at: its block's (the lowest, should it list
         several), None while in no block. What a UTXO listing shows and the UTXO-set commitment
-        hashes (`workers.commitment`)."""
+        hashes (`workers.chainstate.commitment`)."""
         if self.blocks == NO_BLOCKS:
             return None
         return min(b[1] for b in decode_blocks(self.blocks))

@@ -19,8 +19,8 @@ import celeryconfig
 from stores.sqldb import mask_url
 from stores.state import BlockStatus, StateStore, open_state_store
 from stores.state.prunejobs import PENDING, RUNNING
-from workers.broker import is_redis
-from workers.kombu_fix import DEAD_LETTERS, DEAD_LETTERS_TOTAL
+from workers.broker.kombu_fix import DEAD_LETTERS, DEAD_LETTERS_TOTAL
+from workers.broker.runs import is_redis
 from workers.recovery.liveness import ALIVE, TAKEN, UNACKED, queue_keys
 from workers.settings import Settings
 
@@ -59,9 +59,9 @@ def _line(e: BaseException) -> str:
 
 
 def _from_state(state: StateStore) -> dict[str, Any]:
-    from workers.batch import APPLYING
+    from workers.chainstate.batch import APPLYING
+    from workers.chainstate.sequencer import DISCONNECTING, LEASE
     from workers.recovery.leader import shown_leader
-    from workers.sequencer import DISCONNECTING, LEASE
 
     tip = state.tip()
     summary = state.block_summary()
@@ -137,7 +137,7 @@ def _from_broker(r: redis.Redis, window_s: int, lease_s: float) -> dict[str, Any
     return {
         "queues": {q: queue_length(r, q) for q in QUEUES},
         "unacked": len(unacked),
-        # messages set aside rather than run (workers/kombu_fix.py): listed now, and ever
+        # messages set aside rather than run (workers/broker/kombu_fix.py): listed now, and ever
         "dead_letters": int(r.llen(DEAD_LETTERS)),
         "dead_letters_total": int(r.get(DEAD_LETTERS_TOTAL) or 0),
         "workers": workers,

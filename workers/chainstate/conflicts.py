@@ -1,6 +1,6 @@
 """Conflicts on the way of a block: making mempool transactions conflicting (a block's spend
 wins over theirs), giving a refused block's conflicting transactions their spends back, and
-taking back exactly the spends a transaction made. Mixed into `workers.blockapply.BlockApplier`.
+taking back exactly the spends a transaction made. Mixed into `workers.chainstate.blockapply.BlockApplier`.
 
 Invariants:
 - A spend that meets an output already spent by a transaction *not* mined on this chain (a
@@ -82,7 +82,7 @@ class Conflicts:
         without the spends a crash left it), but its spends are released and its descendants
         walked all the same. A descendant of one this walk marked is noted even if it is
         conflicting already: it marked itself meanwhile, finding its parent conflicting
-        (`workers.mempool.hold_inputs`), and is this block's to give back; so is one found with
+        (`workers.chainstate.mempool.hold_inputs`), and is this block's to give back; so is one found with
         no record yet (a spender between its spend and its record), which marks itself once
         its record comes (`restore` passes over it if none ever does)."""
         todo = list(txids)
@@ -163,7 +163,7 @@ class Conflicts:
         freed while still held by it, their parents locked (noted in the undo record first,
         as `make_conflicting` does). Then, if its record has appeared meanwhile, it is made
         conflicting; the mempool side reads its inputs again after making its record
-        (`workers.mempool.apply_tx`), so one of the two sees the other."""
+        (`workers.chainstate.mempool.apply_tx`), so one of the two sees the other."""
         self._note(self._unlocked(sorted({p for p, _v in outpoints})))
         outs = self.utxo.get_outputs(list(outpoints))
         held = [

@@ -1,18 +1,19 @@
 """The chain sequencer: applying the best chain, in order, whatever the order blocks arrived in
 (docs/architecture.md, "The chain" and "The pipeline"). Which blocks are known and where they
-stand is the block index's (`workers.blockindex`); applying one block is `workers.blockapply`'s.
+stand is the block index's (`workers.chainstate.blockindex`); applying one block is
+`workers.chainstate.blockapply`'s.
 
 Invariants:
 - Blocks are applied strictly in chain order, one at a time, by whoever holds the chain's
   lease; any number of workers may call `advance`, and all but one return at once. On SQLite
   consecutive blocks that are ready share one UTXO-store transaction, each block a savepoint
-  of it (`workers.batch`).
+  of it (`workers.chainstate.batch`).
 - The tip is the applied block of the best chain: the connected, not-invalid block of most
   cumulative work (first seen wins a tie). A heavier branch makes `advance` disconnect blocks
   back to the fork point, then apply the branch. A fork deeper than the retention is refused
   (the records it would need may be pruned).
 - Every step of the chain's state commits in one state-store transaction: a block (or a
-  batch of blocks) applied, their undo records marked, their commitments (`workers.commitment`)
+  batch of blocks) applied, their undo records marked, their commitments (`workers.chainstate.commitment`)
   written and the tip moved; a block disconnected
   and the tip moved down; a block refused with its descendants. The UTXO store's part of a step
   comes first; a worker that dies between the two leaves the `applying` mark (naming every
@@ -28,7 +29,7 @@ Invariants:
   is applied, so a refusal is never retried without something new having arrived.
 - Undo records of blocks more than the retention below the tip are deleted — once nothing can
   arrive below the base (`BlockIndex.start_known`); until then a rebase needs them all.
-- A block is refused only while the UTXO store is the state store's own (`workers.pairing`):
+- A block is refused only while the UTXO store is the state store's own (`workers.chainstate.pairing`):
   found apart, the refusal is a StorageError, retried, and the block stays as it was.
 - A block refused for spending outputs no block seen made, while the chain's start is unknown,
   says so in its reason, and is placed again when an earlier block arrives.
@@ -40,7 +41,7 @@ Invariants:
   taken back by a rebase), so that a worker told to stop does so within seconds; whoever calls
   it again goes on from there.
 - A worker that finds the chain held prepares the blocks ahead of it instead
-  (`prepare_ahead`, `workers.prepare`), and the holder takes a block's prepared commitment
+  (`prepare_ahead`, `workers.chainstate.prepare`), and the holder takes a block's prepared commitment
   delta where its basis still holds. The chain's `epoch` (state meta) is bumped in the commit
   that starts taking a block off the chain (a disconnection, a rebase), before the UTXO store
   changes: a preparer's reads that straddle it are thrown away.
@@ -61,10 +62,10 @@ from stores.lease import holder_id
 from stores.sqldb import same_sqlite_file
 from stores.state import BlockChange, BlockEntry, BlockStatus, Commitment, StateStore
 from stores.utxo import UtxoStore
-from workers import commitment
-from workers.batch import APPLYING, Applied, Batch, applying_blocks, mark
-from workers.blockapply import UNSEEN, BlockApplier, BlockRefused
-from workers.blockindex import (
+from workers.chainstate import commitment
+from workers.chainstate.batch import APPLYING, Applied, Batch, applying_blocks, mark
+from workers.chainstate.blockapply import UNSEEN, BlockApplier, BlockRefused
+from workers.chainstate.blockindex import (
     BASE,
     INDEX_LEASE,
     REBASE,
@@ -75,10 +76,10 @@ from workers.blockindex import (
     CorruptBlock,
     base_height,
 )
-from workers.fanout import Fanout, LocalFanout, settle_block
+from workers.chainstate.fanout import Fanout, LocalFanout, settle_block
+from workers.chainstate.pairing import apart
+from workers.chainstate.prepare import EPOCH, Preparer, prepared_for
 from workers.ops import activity, metrics
-from workers.pairing import apart
-from workers.prepare import EPOCH, Preparer, prepared_for
 
 log = logging.getLogger("utxoflow.sequencer")
 
@@ -124,7 +125,7 @@ class Sequencer:
         )
         self.lease_s = lease_s
         self.retention = utxo.retention
-        # Blocks in one UTXO-store transaction (`fused`, and batches of them: `workers.batch`) where the
+        # Blocks in one UTXO-store transaction (`fused`, and batches of them: `batch`) where the
         # store has one (SQLite) and a block's units all run here — and not when the state store
         # is the same SQLite file: its writes during a block (undo notes, the lease) would wait
         # for the block's own transaction.
@@ -146,7 +147,7 @@ class Sequencer:
         self._pass_base: str | None = None  # the chain's base during this pass (`_pass`)
 
     def prepare_ahead(self, budget_s: float) -> int:
-        """Prepare blocks above the tip for the chain's holder (`workers.prepare`): for a worker
+        """Prepare blocks above the tip for the chain's holder (`workers.chainstate.prepare`): for a worker
         that found the chain held. How many deltas it made."""
         if self._preparer is None:
             self._preparer = Preparer(self.state, self.utxo, self.genuine, self.lease, self._base)
@@ -455,7 +456,7 @@ class Sequencer:
         return True
 
     def _parent_commitment(self, e: BlockEntry) -> Commitment:
-        """The confirmed set's commitment as `e`'s parent left it (see `workers.commitment`).
+        """The confirmed set's commitment as `e`'s parent left it (see `workers.chainstate.commitment`).
         Where `e` does not continue the block this worker applied last (at the height it had
         then: a rebase moves heights), another worker applied blocks meanwhile, or this one
         went back: the recent coins may be another chain's, and go."""
@@ -476,7 +477,7 @@ class Sequencer:
 
     @contextmanager
     def _batched(self) -> Iterator[Batch]:
-        """Consecutive blocks in one UTXO-store transaction (see `workers.batch`): committed, with
+        """Consecutive blocks in one UTXO-store transaction (see `workers.chainstate.batch`): committed, with
         their state-store step, when the batch is full, at the end, or when the budget runs
         out; rolled back on any other error (their `applying` mark then takes them back)."""
         batch = Batch(self)

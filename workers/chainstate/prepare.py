@@ -1,7 +1,7 @@
 """Work done on blocks ahead of the chain's tip by a worker that does not hold the chain, so
 that the holder does less (docs/architecture.md, "The pipeline": workers that do not hold the chain
 prepare the next blocks). Today that is each block's change to the UTXO-set commitment
-(`workers.commitment.block_delta`: the MuHash of the coins it creates over those it spends),
+(`workers.chainstate.commitment.block_delta`: the MuHash of the coins it creates over those it spends),
 about a fifth of what applying a block costs its holder; the holder takes a prepared delta
 instead of computing it (`Sequencer._apply`).
 
@@ -43,7 +43,7 @@ from chain.muhash import MuHash, coin_bytes, elements
 from stores.errors import StorageError
 from stores.state import BlockEntry, BlockStatus, PreparedDelta, StateStore
 from stores.utxo import UtxoStore
-from workers import commitment
+from workers.chainstate import commitment
 
 log = logging.getLogger("utxoflow.prepare")
 

@@ -62,7 +62,7 @@ class RecentCoins:
     satoshis — by outpoint, bounded by memory: a block mostly spends what the blocks just before
     it made, and these need neither a read of the store nor hashing again (the element is most
     of a coin's cost). A coin's element hashes its height, which is its block's on one chain
-    only: the owner (`workers.sequencer`) clears this whenever the block it applies does not
+    only: the owner (`workers.chainstate.sequencer`) clears this whenever the block it applies does not
     continue the one it applied last, and on any disconnection, take-back or rebase. A coin a
     block spends leaves (a reorg that gives it back is such a break).
 

@@ -33,7 +33,7 @@ for (pyproject.toml), and `apply` checks the version and the attributes first.
 Invariants: nothing changes while the transport is attached. Detached, the channel's
 connection parameters raise redis's ConnectionError, one of the transport's connection errors,
 which every caller on the close path already ignores; the messages that could not be restored
-are lost with the broker anyway, and workers/requeue.py sends them again. Applying twice is
+are lost with the broker anyway, and workers/recovery/requeue.py sends them again. Applying twice is
 harmless.
 """
 
@@ -156,12 +156,12 @@ def kombu_problem(version: str) -> str | None:
     """Why the patches below cannot be trusted on this kombu (another version, or a private
     attribute they replace gone), or None."""
     if not version.startswith(TESTED):
-        return (f"workers/kombu_fix.py patches kombu {TESTED}x's Redis transport, and this is kombu "
+        return (f"workers/broker/kombu_fix.py patches kombu {TESTED}x's Redis transport, and this is kombu "
                 f"{version}: install the version pyproject.toml pins")
     missing = [f"{c}.{a}" for c, a in PATCHED if not hasattr(getattr(kombu_redis, c), a)]
     if missing or not hasattr(kombu_redis, "loads"):
         lacks = ", ".join(missing) or "loads"
-        return f"kombu {version}'s Redis transport lacks {lacks}: workers/kombu_fix.py cannot patch it"
+        return f"kombu {version}'s Redis transport lacks {lacks}: workers/broker/kombu_fix.py cannot patch it"
     return None
 
 

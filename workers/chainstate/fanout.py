@@ -35,7 +35,7 @@ Result = dict[str, Any]
 
 
 class UnitRunner(Protocol):
-    """What a fanout needs of the applier whose units it runs (`workers.blockapply.BlockApplier`)."""
+    """What a fanout needs of the applier whose units it runs (`blockapply.BlockApplier`)."""
 
     @property
     def heartbeat(self) -> Callable[[], None]:  # renews the chain lease while units run

@@ -9,7 +9,7 @@ Invariants:
 - The blob is written (write-once) before the message is sent, and the message carries only the
   hash: a 1 MB block never travels through Redis. Enqueuing the same block twice is harmless.
 - The message is registered as pending (in the state store) before it is sent, so a message
-  the broker loses is still known, and sent again (workers/requeue.py).
+  the broker loses is still known, and sent again (workers/recovery/requeue.py).
 - A block checked at the door is put into the block index before its message is sent
   (`BlockIndex.accept_checked`, from its header: nothing parsed again), so that the chain's
   holder finds every block of a file ready when the first message is taken, and applies them
@@ -42,9 +42,9 @@ from chain import (
 from stores.blob.protocol import blob_key
 from stores.errors import StorageError
 from stores.state import StateStore
-from workers.blockindex import below_snapshot, keep_block, parse_block_fast, stated_height
-from workers.forkmap import map_ranges
-from workers.services import Services, services
+from workers.chainstate.blockindex import below_snapshot, keep_block, parse_block_fast, stated_height
+from workers.runtime.procmap import map_ranges
+from workers.runtime.services import Services, services
 
 log = logging.getLogger("utxoflow.ingest")
 BLOCK_TASK = "utxoflow.block.arrived"
@@ -132,7 +132,7 @@ class CheckedBlock:
     n_txs: int
     raw: bytes
     prev: bytes
-    height: int | None  # workers.blockindex.stated_height
+    height: int | None  # workers.chainstate.blockindex.stated_height
     where: str  # "NAME: block K of N (line L)"
     bits: int  # its header's target
 
@@ -199,7 +199,7 @@ def _binary_blocks(data: bytes, name: str, processes: int = 1) -> list[CheckedBl
 def read_blocks(data: bytes, name: str = "input", processes: int = 1) -> list[CheckedBlock]:
     """The blocks of a binary block, hex (one block per line), or a blk*.dat file of any network
     magic, each checked to parse and to be valid on its own (InputError says where not); a large
-    input in up to `processes` processes (`workers.forkmap`: the same answer, sooner)."""
+    input in up to `processes` processes (`workers.runtime.procmap`: the same answer, sooner)."""
     return _read(data, name, lambda: _binary_blocks(data, name, processes),
                  lambda lines: _checked([(f"line {ln}", -1, raw) for ln, raw in lines], name, processes))
 
@@ -264,11 +264,11 @@ def read_txs(data: bytes, name: str = "input") -> list[Tx]:
 
 
 def publish(task: str, arg: str, ident: str, height: int | None = None) -> None:
-    """Send the message of `ident`: the task naming `arg` (also what workers/requeue.py sends
+    """Send the message of `ident`: the task naming `arg` (also what workers/recovery/requeue.py sends
     again; each send gets a task id of its own). For Flower's task list the id is short and
     says what the task is about (`block-812345-…`, `tx-…`: a list's columns stay on the screen),
     and the arguments shown are the block's height, when known, and hash (or the txid)."""
-    from workers.app import app
+    from workers.runtime.app import app
 
     kind = ident.partition(":")[0]
     where = f"{height}-" if height is not None else ""

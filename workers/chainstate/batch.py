@@ -45,13 +45,13 @@ class Applied:
     seconds: float
     txs: int
     phases: dict[str, float]  # seconds of each phase of applying it (workers.ops.metrics.phase)
-    commitment: Commitment  # the confirmed set as it leaves it (workers.commitment)
-    prepared: bool = False  # its commitment delta was prepared by another worker (workers.prepare)
+    commitment: Commitment  # the confirmed set as it leaves it (workers.chainstate.commitment)
+    prepared: bool = False  # its commitment delta was prepared by another worker (workers.chainstate.prepare)
     had_delta: bool = False  # a prepared delta was stored for it (taken or not): it goes with the commit
 
 
 class Holder(Protocol):
-    """What a batch needs of the chain's holder (`workers.sequencer.Sequencer`)."""
+    """What a batch needs of the chain's holder (`workers.chainstate.sequencer.Sequencer`)."""
 
     fuse: bool  # blocks share one UTXO-store transaction
     utxo: UtxoStore

@@ -14,7 +14,7 @@ Invariants:
   one), that record's inputs are held again as below.
 - A tx whose record is made holds every input when this returns, or is conflicting, or the
   answer is a refusal that may pass (a parent locked by a block's swap: the task tries again): a
-  block may take outputs from a spender with no record yet (`workers.conflicts.take_over`,
+  block may take outputs from a spender with no record yet (`workers.chainstate.conflicts.take_over`,
   which looks for the record again after), so the inputs are read again once the record is
   there; one lost meanwhile is spent again, and if that is refused the tx is made conflicting.
   A refused delivery of a tx that has a record does the same.
@@ -42,7 +42,7 @@ from stores.utxo import (
     UtxoSpent,
     UtxoStore,
 )
-from workers.conflicts import Conflicts
+from workers.chainstate.conflicts import Conflicts
 
 
 def apply_tx(utxo: UtxoStore, tx: Tx) -> UtxoError | bool:

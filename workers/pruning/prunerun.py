@@ -84,7 +84,7 @@ class PrunerConfig:
 
 
 class Pruner(Protocol):
-    """What a run needs of its pruner (`workers.pruner.Pruner`): its stores, settings, and how
+    """What a run needs of its pruner (`workers.pruning.pruner.Pruner`): its stores, settings, and how
     it shares chunks."""
 
     utxo: UtxoStore

@@ -6,7 +6,7 @@ is written once for its mining; a multi-record one, unmined, its child pages uni
 own), spend every input, then mark mined in this block every transaction it did not create
 mined (those the store held before: mempool transactions, or the block's own after a reorg). The units
 of a phase are independent: a `Fanout` runs them, in turn here (`LocalFanout`) or shared with
-other workers as tasks (`workers.fanout.TaskFanout`).
+other workers as tasks (`workers.chainstate.fanout.TaskFanout`).
 
 Invariants:
 - The undo record (the txids this block creates) is written before the first change, so a
@@ -14,17 +14,17 @@ Invariants:
 - A refused block leaves nothing: its spends are cleared, its new records deleted; records that
   existed before it (mempool transactions) keep what they had.
 - A spend that meets an output already spent by a transaction *not* mined on this chain wins
-  (`workers.conflicts`); spent by a transaction mined on this chain (or by another transaction
+  (`workers.chainstate.conflicts`); spent by a transaction mined on this chain (or by another transaction
   of the same block) the block is refused. A spender with no record is the chain's only when
   the output's parent lists it as pruned; otherwise it is a mempool transaction between its
   spend and its record (or whose attempt died there), and the block takes the outputs it
-  needs over (`workers.conflicts.take_over`) rather than be refused or wait.
+  needs over (`workers.chainstate.conflicts.take_over`) rather than be refused or wait.
 - An input whose parent record is gone fails a transaction this block creates ("spends a
   missing output", unless missing inputs are allowed); one of a transaction the store held
   already spent it long ago (the store leaves such an input out of its spends).
 - Disconnecting a block (a reorg) marks its transactions off the longest chain, then unsets its
   mining: they stay, unmined, with their spends, as mempool transactions would.
-- An applied block leaves its change to the confirmed set in `delta` (`workers.commitment`),
+- An applied block leaves its change to the confirmed set in `delta` (`workers.chainstate.commitment`),
   the outputs it spends read from the store after its checks and before its first write.
 """
 
@@ -58,9 +58,9 @@ from stores.utxo import (
     UtxoStore,
     twophase,
 )
-from workers import commitment
-from workers.conflicts import BLOCK_SPEND, Conflicts, chunks
-from workers.fanout import Fanout, LocalFanout, Result
+from workers.chainstate import commitment
+from workers.chainstate.conflicts import BLOCK_SPEND, Conflicts, chunks
+from workers.chainstate.fanout import Fanout, LocalFanout, Result
 from workers.ops import metrics
 
 log = logging.getLogger("utxoflow.blocks")
@@ -68,7 +68,7 @@ MAX_UNITS = 64  # units per phase at most: enough for as many workers, few enoug
 MISSING_OUTPUT = "spends a missing output"
 NOT_ON_CHAIN = "which is not mined on this chain"
 # Refusals that blocks not seen yet may answer (the outputs made, the parent mined, below the
-# chain's first block): provisional while the chain's start is unknown (`workers.sequencer`).
+# chain's first block): provisional while the chain's start is unknown (`workers.chainstate.sequencer`).
 UNSEEN = (MISSING_OUTPUT, NOT_ON_CHAIN)
 
 
@@ -105,7 +105,7 @@ class BlockApplier(Conflicts):
     _planned: tuple[Block, dict[bytes, Standing]] | None = None
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     delta: commitment.Delta | None = None  # the last applied block's change to the confirmed set
-    took_prepared: bool = False  # the last applied block's delta was a prepared one (workers.prepare)
+    took_prepared: bool = False  # the last applied block's delta was a prepared one (`prepare`)
     # the coins of the blocks applied last (the sequencer clears it where the chain breaks off)
     coins: commitment.RecentCoins = dataclasses.field(default_factory=commitment.RecentCoins)
 
@@ -132,7 +132,7 @@ class BlockApplier(Conflicts):
         grows: the mempool transactions made conflicting are added before they are). Raises
         BlockRefused, after taking back what it did, when the block breaks a rule;
         StorageError leaves it for a retry. `prepared`: its commitment delta, worked out ahead
-        by another worker (`workers.prepare`), taken instead of computing it here."""
+        by another worker (`workers.chainstate.prepare`), taken instead of computing it here."""
         created = {bytes.fromhex(h) for h in undo["created"]}
         ctx = {"height": height, "block_id": block_id}
         self.delta = None

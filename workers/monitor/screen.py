@@ -1,4 +1,4 @@
-"""The `utxo status` screen: the deployment's snapshot (workers/ops/cluster.py) as one rich
+"""The `utxo status` screen: the deployment's snapshot (workers/monitor/cluster.py) as one rich
 table a terminal shows at a glance. Layout only: every figure is the snapshot's."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The deployment's snapshot (workers/ops/cluster.py) as Prometheus metric families: what
+"""The deployment's snapshot (workers/monitor/cluster.py) as Prometheus metric families: what
 `utxo metrics` serves, read afresh at every scrape. The worker processes' own counters and
 histograms (workers/ops/metrics.py) are served by each worker; these are the gauges of shared
 state that no single worker owns.

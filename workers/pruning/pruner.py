@@ -1,6 +1,6 @@
 """The pruner's job manager (Teranode's pruner service on Celery; docs/architecture.md, "Pruning"): requests,
 the one run at a time, and the loop that takes jobs until the slot is empty. A run's phases are
-`workers.prunerun`'s; the slot, lock and history live in the state store (`stores.state.prunejobs`).
+`workers.pruning.prunerun`'s; the slot, lock and history live in the state store (`stores.state.prunejobs`).
 
 Invariants:
 - Every block that reaches the best chain, set-mined done (its batch committed), requests a run
@@ -29,7 +29,7 @@ from stores.state import StateStore
 from stores.state.prunejobs import CANCELLED, COMPLETED, FAILED, PruneJob, Requested
 from stores.utxo import UtxoStore
 from workers.ops import metrics
-from workers.prunerun import LeaseLost, PrunerConfig, PruneRun, Skip, work_chunks
+from workers.pruning.prunerun import LeaseLost, PrunerConfig, PruneRun, Skip, work_chunks
 
 log = logging.getLogger("utxoflow.pruner")
 

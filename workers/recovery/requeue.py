@@ -1,6 +1,6 @@
 """Sending again the messages a broker lost: one scan of the registry of pending messages
-(workers/registry.py), run by the `utxoflow.recovery.requeue` task, which every worker sends
-when it starts and then every UTXO_REQUEUE_INTERVAL seconds (`workers/app.py`), as `utxo beat`
+(workers/runtime/registry.py), run by the `utxoflow.recovery.requeue` task, which every worker sends
+when it starts and then every UTXO_REQUEUE_INTERVAL seconds (`workers/runtime/app.py`), as `utxo beat`
 does.
 
 A pending entry is due when its message was sent under another broker run than the current one
@@ -29,9 +29,9 @@ from typing import Any
 
 from stores.errors import StorageError
 from stores.state import StateStore
-from workers.broker import BrokerUnreachable
-from workers.ingest import TASKS, publish_known
-from workers.services import Services
+from workers.broker.runs import BrokerUnreachable
+from workers.runtime.ingest import TASKS, publish_known
+from workers.runtime.services import Services
 
 log = logging.getLogger("utxoflow.requeue")
 BATCH = 500  # entries claimed per round: one write transaction each, however many are due

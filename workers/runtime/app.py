@@ -1,4 +1,4 @@
-"""The Celery app (`celery -A workers.app worker` works, as does `utxo worker`): its configuration,
+"""The Celery app (`celery -A workers.runtime.app worker` works, as does `utxo worker`): its configuration,
 kombu's fix, and JSON logs. What a worker does at its signals is `workers.hooks`."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 from celery import Celery
 from celery.signals import after_setup_logger, after_setup_task_logger
 
-from workers import kombu_fix
+from workers.broker import kombu_fix
 
 kombu_fix.apply()  # a worker must outlive a restart of Redis (see the module)
 # (workers.hooks: what a worker does at its signals; imported by the worker as it starts, before

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from workers.supervisor import Child, Supervisor
+from workers.demo.supervisor import Child, Supervisor
 
 CLAIM_KEY = "utxoflow:demo:claim"
 STARTUP_S = 15.0

@@ -6,11 +6,11 @@ Invariants: an id is added before its message is sent and removed only when its 
 finished for good (done, refused, or given up after its retries), so "none of the ids pending
 when I started waiting is pending any more" means everything enqueued by then has been
 processed — also when the broker lost its queues meanwhile, since the entries outlive them and
-workers/requeue.py sends their messages again. An id is "<kind>:<key>"; its message is the
+workers/recovery/requeue.py sends their messages again. An id is "<kind>:<key>"; its message is the
 task of that kind with the arguments [key, id].
 
 A block's task that finds another worker applying the chain indexes its block and leaves its id
-pending (workers/sequencer.py: the holder re-checks the best chain before it lets go); the
+pending (workers/chainstate/sequencer.py: the holder re-checks the best chain before it lets go); the
 holder removes the ids of the blocks its passes applied or refused once a pass ends with the
 chain at rest (`done_blocks`). An id left otherwise (a block that stayed an orphan; a holder
 that died) is removed by `utxo wait` once settled — final (applied, side, invalid, or an orphan
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from chain import hex_to_hash
 from stores.state import PENDING_KINDS, BlockEntry, BlockStatus, Refusal, StateStore
-from workers.broker import BrokerRun
+from workers.broker.runs import BrokerRun
 
 FINAL = {"applied", "side", "invalid", "orphan"}  # block statuses no pass of the chain changes
 REPORTED = "refusals_reported"  # state meta: the refusal log's last row a `utxo wait` reported
@@ -155,7 +155,7 @@ class BlockSettled:
         self.final: set[str] = set()
 
     def __call__(self, idents: list[str]) -> list[str]:
-        from workers.sequencer import chain_at_rest  # here: the sequencer imports much
+        from workers.chainstate.sequencer import chain_at_rest  # here: the sequencer imports much
 
         final = [i for i in idents if _final(self.state, i)]
         self.final = set(final)

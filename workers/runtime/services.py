@@ -13,12 +13,12 @@ from stores.blob.observed import on_error as on_blob_error
 from stores.state import StateStore, open_state_store
 from stores.utxo import UtxoStore, open_utxo_store
 from stores.utxo.gcpause import tune_for_blocks
-from workers.broker import BrokerRun
-from workers.fanout import TaskFanout
+from workers.broker.runs import BrokerRun
+from workers.chainstate.fanout import TaskFanout
+from workers.chainstate.sequencer import Sequencer
 from workers.ops.metrics import count_blob_error
-from workers.pruner import Pruner, PrunerConfig
-from workers.registry import Registry
-from workers.sequencer import Sequencer
+from workers.pruning.pruner import Pruner, PrunerConfig
+from workers.runtime.registry import Registry
 from workers.settings import Settings, load_settings
 
 
@@ -41,7 +41,7 @@ class Services:
 
 
 def _send(task: str, args: list[Any]) -> None:
-    from workers.app import app  # here: the app imports the tasks, which import this module
+    from workers.runtime.app import app  # here: the app imports the tasks, which import this module
 
     app.send_task(task, args=args)
 

@@ -9,7 +9,7 @@ Invariants:
   for, with a line in the log every few seconds and nothing consumed, for `UTXO_STORE_WAIT`
   seconds; then the worker refuses to start too. The error names the setting. (A refused
   connection and wrong credentials look alike to the driver: both are waited for.)
-- Then the UTXO store and the state store must belong together (`workers.pairing`): a worker
+- Then the UTXO store and the state store must belong together (`workers.chainstate.pairing`): a worker
   on a mistyped UTXO_STORE_URL would find every block's inputs missing and refuse the chain.
 """
 
@@ -38,9 +38,9 @@ class CannotStart(ValueError):
 def check_stores(s: Settings) -> None:
     """Open and close each store of `s` (the blob store first: the UTXO store opens it too),
     waiting up to `s.store_wait` seconds for one that cannot be reached yet; before them, the
-    broker URL must be one that can work (workers.broker.broker_error: Celery would fail on it
+    broker URL must be one that can work (workers.broker.runs.broker_error: Celery would fail on it
     only once started, with a traceback, or retry for ever on a database Redis refuses)."""
-    from workers.broker import broker_error
+    from workers.broker.runs import broker_error
 
     error = broker_error(s.broker_url)
     if error is not None:
@@ -76,7 +76,7 @@ def check_stores(s: Settings) -> None:
 
 def paired(s: Settings) -> str | None:
     """Why the stores of `s` do not belong together (pairing them on first start), or None."""
-    from workers.pairing import apart
+    from workers.chainstate.pairing import apart
 
     state = open_state_store(s.state_url)
     try:
