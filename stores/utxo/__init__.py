@@ -24,7 +24,7 @@ from stores.utxo.errors import (
 from stores.utxo.factory import open_utxo_store
 from stores.utxo.kernel.spend import Ignore
 from stores.utxo.protocol import UtxoStore
-from stores.utxo.records import (
+from stores.utxo.values import (
     BlockInfo,
     OutputInfo,
     Spend,

@@ -24,7 +24,7 @@ from stores.utxo.errors import TxExists
 from stores.utxo.kernel import create
 from stores.utxo.kernel.record import Record, meta_of
 from stores.utxo.prevouts import PrevoutsMixin
-from stores.utxo.records import BlockInfo, TxMeta
+from stores.utxo.values import BlockInfo, TxMeta
 
 Result = TxMeta | Record | StoreError | None
 

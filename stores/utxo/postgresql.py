@@ -22,7 +22,7 @@ from stores.sqldb import keyed
 from stores.utxo.sql import codec
 from stores.utxo.sql.create import Copy
 from stores.utxo.sql.schema import PAGES, TXS, ddl
-from stores.utxo.sql.scripts import Entry
+from stores.utxo.sql.scriptindex import Entry
 from stores.utxo.sql.store import SqlUtxoStore
 
 _SCHEMA_LOCK = 0x5554584F  # "UTXO": advisory lock id for DDL

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from chain import Tx
 from stores.errors import StorageError
-from stores.utxo.records import OutputInfo
+from stores.utxo.values import OutputInfo
 
 log = logging.getLogger("utxoflow.store")
 Outpoint = tuple[bytes, int]

@@ -23,7 +23,9 @@ from chain import Tx
 from stores.errors import StoreError
 from stores.utxo.errors import UtxoError
 from stores.utxo.kernel.spend import NO_IGNORE, Ignore
-from stores.utxo.records import (
+from stores.utxo.scriptindex import Balance, ScriptUtxo
+from stores.utxo.twophase import Creation, PagedRecords
+from stores.utxo.values import (
     BlockInfo,
     CreationLock,
     OutputInfo,
@@ -36,8 +38,6 @@ from stores.utxo.records import (
     Utxo,
     UtxoStats,
 )
-from stores.utxo.scripts import Balance, ScriptUtxo
-from stores.utxo.twophase import Creation, PagedRecords
 
 Outpoint = tuple[bytes, int]
 
@@ -122,7 +122,7 @@ class UtxoStore(PagedRecords, Protocol):
     def script_utxos(
         self, scripthash: bytes, *, after: str | None = None, limit: int = 1000, confirmed: bool = False
     ) -> tuple[list[ScriptUtxo], str | None]:
-        """A page of the script index (`stores.utxo.scripts`): the unspent outputs of the script
+        """A page of the script index (`stores.utxo.scriptindex`): the unspent outputs of the script
         whose SHA-256 is `scripthash` (only confirmed ones, if asked), in index order, after the
         cursor `after`; and the cursor to go on from (None: none is left)."""
     def script_balance(self, scripthash: bytes) -> Balance: ...

@@ -15,7 +15,7 @@ from stores.utxo import slots, validate
 from stores.utxo.errors import ProcessingError
 from stores.utxo.kernel import create
 from stores.utxo.kernel.record import Record
-from stores.utxo.records import Utxo
+from stores.utxo.values import Utxo
 
 
 def snapshot_record(

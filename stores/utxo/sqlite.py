@@ -44,7 +44,7 @@ class SqliteUtxoStore(SqlUtxoStore):
 
     def _reserve_ids(self, cur: Any, n: int) -> list[int]:
         # Safe without a sequence: the write unit holds the database's only write lock. Never at
-        # or below the script index's mark (`sql/scripts.py`): the newest records deleted (a
+        # or below the script index's mark (`sql/scriptindex.py`): the newest records deleted (a
         # refused block taken back) must not hand their ids to records the mark then covers.
         cur.execute("SELECT COALESCE(MAX(id), 0) FROM txs")
         start = max(int(cur.fetchone()[0]), self._indexed_to(cur) or 0) + 1

@@ -40,7 +40,7 @@ from stores.utxo.errors import TxExists
 from stores.utxo.external import ExternalTxs
 from stores.utxo.kernel import create
 from stores.utxo.kernel.record import Record, meta_of
-from stores.utxo.records import BlockInfo, CreationLock, TxMeta
+from stores.utxo.values import BlockInfo, CreationLock, TxMeta
 
 log = logging.getLogger("utxoflow.twophase")
 

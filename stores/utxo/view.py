@@ -26,8 +26,8 @@ from stores.errors import StorageError
 from stores.utxo import slots
 from stores.utxo.external import ExternalTxs
 from stores.utxo.kernel.record import Record
-from stores.utxo.records import Utxo
 from stores.utxo.sql import codec
+from stores.utxo.values import Utxo
 
 VIEW_CHUNK = 1000
 VIEW_BYTES = 4 << 20

@@ -23,7 +23,7 @@ from stores.blob.protocol import blob_key
 from stores.state import open_state_store
 from stores.state.recovery import RecoveryEntry
 from stores.utxo import BlockInfo, SpendRejected, TxConflicting, UtxoSpent, open_utxo_store
-from stores.utxo.records import Spend
+from stores.utxo.values import Spend
 from tests.aerospike_server import drop_set, needs_aerospike, new_url
 from tests.pipeline.chains import confirmed_model, funding, outpoints, spend
 from tests.pipeline.conftest import drop_tables

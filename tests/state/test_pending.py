@@ -240,3 +240,58 @@ def test_pending_counts_per_kind_follow_adds_and_removes(state: StateStore) -> N
     for t in txs:
         state.remove_pending(t, accepted=True)
     assert state.pending_counts() == {"block": 2}
+
+
+def test_a_connection_lost_in_the_commit_of_an_idempotent_state_write_is_tried_again(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`utxo wait` settles blocks (`remove_pending`) and notes what it reported (`set_meta`) on
+    a connection an operator's restart may cut at any moment, the COMMIT included. Those writes
+    are idempotent, so a COMMIT lost is tried again on a new connection instead of ending the
+    wait with a StorageError; a unit that is not idempotent still leaves as one (it may have
+    committed). The cut is made from inside the unit, so its COMMIT is what meets it."""
+    import psycopg
+
+    import stores.state.pending as pending_module
+    from stores.utxo import StorageError
+
+    state = open_state_store(pg_url)
+    db = state.db  # type: ignore[attr-defined]
+
+    def cut() -> None:
+        pid = db.backend_pid()
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+                pass  # gone before the unit's COMMIT is sent
+
+    calls = []
+    real = pending_module.note_refusal
+
+    def cut_once(*args: object) -> None:
+        calls.append(args)
+        real(*args)  # type: ignore[arg-type]
+        if len(calls) == 1:
+            cut()
+
+    monkeypatch.setattr(pending_module, "note_refusal", cut_once)
+    try:
+        tx = ident("tx", 0xAB)  # (the database is the session's: look at this id only)
+        state.add_pending(tx, "tx", tx[3:], "run-1")
+        state.remove_pending(tx, refused=("spends a spent output", "cd" * 32))
+        assert len(calls) == 2  # the first COMMIT was lost, the unit ran again
+        assert tx not in {e.ident for e in state.pending()}
+        got = state.refusals([tx])[tx]
+        assert (got.reason, got.rival) == ("spends a spent output", "cd" * 32)
+        seen = []
+
+        def cut_first(cur: object) -> None:
+            seen.append(cur)
+            if len(seen) == 1:
+                cut()
+
+        with pytest.raises(StorageError, match=r"not twice failed .*AdminShutdown"):
+            db.write("not twice", cut_first)
+        assert len(seen) == 1
+    finally:
+        state.close()

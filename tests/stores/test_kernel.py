@@ -1,6 +1,6 @@
 """The record kernel's fast forms held to the rules they are the fast forms of, on generated
 record states (Hypothesis): the spend fast path against the full walk, and the SQL form of the
-first-mining delete-at-height against `kernel.state.set_mined`. No store: the kernel alone."""
+first-mining delete-at-height against `kernel.marks.set_mined`. No store: the kernel alone."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from chain import Tx, TxIn
 from chain.build import build_tx, p2pkh
 from stores.utxo import slots
-from stores.utxo.kernel import create, dah, spend, state
+from stores.utxo.kernel import create, dah, marks, spend
 from stores.utxo.kernel.record import Record
 
 BATCH = 4
@@ -129,12 +129,12 @@ def test_the_first_mining_sql_is_the_rule(
     conflicting: bool, preserve: int | None, total: int, spent: int, dah_was: int | None, height: int,
     retention: int,
 ) -> None:
-    """`dah.first_mining_sql`, evaluated by SQLite on a row, gives the DAH `state.set_mined`
+    """`dah.first_mining_sql`, evaluated by SQLite on a row, gives the DAH `marks.set_mined`
     gives the same record mined for the first time on the longest chain."""
     spent = min(spent, total)
     rec = Record(b"\x01" * 32, bytearray(), total, spent, conflicting=conflicting, preserve_until=preserve,
                  delete_at_height=dah_was, unmined_since=80)
-    state.set_mined(rec, (1, height, 0), True, height, retention)
+    marks.set_mined(rec, (1, height, 0), True, height, retention)
     db = sqlite3.connect(":memory:")
     db.execute("CREATE TABLE txs (conflicting, preserve_until, spent_utxos, total_utxos, delete_at_height)")
     db.execute("INSERT INTO txs VALUES (?, ?, ?, ?, ?)", (int(conflicting), preserve, spent, total, dah_was))

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from chain import Tx
 from chain.build import build_tx, spend_input
 from stores.utxo import slots
-from stores.utxo.kernel import create, dah, outputs, spend, state
+from stores.utxo.kernel import create, dah, marks, outputs, spend
 from stores.utxo.kernel.record import Record
 from tests.aerospike_server import drop_set, needs_aerospike, new_url
 from tests.stores.test_kernel import BATCH, PARENT_TXS, SCRIPTS, SPENDER, outcome, parents, spender_txs
@@ -330,9 +330,9 @@ def test_state_changes_agree(
             got: Any = rules.set_mined(txid, (bid, height, 2), longest, unset, height)
             if rec is not None:
                 if unset:
-                    state.unset_mined(rec, bid, longest, height, RET)
+                    marks.unset_mined(rec, bid, longest, height, RET)
                 else:
-                    state.set_mined(rec, (bid, height, 2), longest, height, RET)
+                    marks.set_mined(rec, (bid, height, 2), longest, height, RET)
             assert got == (None if rec is None else [b[0] for b in rec.block_list()])
             continue
         if what.startswith("child_"):
@@ -347,13 +347,13 @@ def test_state_changes_agree(
         if rec is None:
             continue
         if what == "longest":
-            state.mark_on_longest_chain(rec, bool(value), height, RET)
+            marks.mark_on_longest_chain(rec, bool(value), height, RET)
         elif what == "locked":
-            state.set_locked(rec, bool(value), height, RET)
+            marks.set_locked(rec, bool(value), height, RET)
         elif what == "conflicting":
-            state.set_conflicting(rec, bool(value), height, RET)
+            marks.set_conflicting(rec, bool(value), height, RET)
         elif what == "preserve":
-            state.preserve(rec, value)
+            marks.preserve(rec, value)
         else:
-            state.expire_preservation(rec, height, RET)
+            marks.expire_preservation(rec, height, RET)
     assert_same(stored(rules), kernel_state(py))

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from stores.utxo import TxNotFound, UtxoStore
-from stores.utxo.records import PruneResult
+from stores.utxo.values import PruneResult
 from tests.stores.helpers import child, created, funding
 
 RET = 288

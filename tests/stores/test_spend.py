@@ -19,7 +19,7 @@ from stores.utxo import (
     UtxoSpent,
     UtxoStore,
 )
-from stores.utxo.records import Spend
+from stores.utxo.values import Spend
 from tests.stores.helpers import child, coinbase, created, funding, script, uhash
 
 

@@ -37,7 +37,7 @@ from stores.utxo import (
     UtxoStore,
     open_utxo_store,
 )
-from stores.utxo.records import Spend
+from stores.utxo.values import Spend
 from tests.stores.helpers import child, coinbase, funding, script, uhash
 
 RETENTION = 10  # Teranode's GlobalBlockHeightRetention in its tests

@@ -28,7 +28,7 @@ from typing import Any
 
 from chain import Tx, hash_to_hex
 from stores.utxo import Ignore, TxNotFound, UtxoError, UtxoStore
-from stores.utxo.records import Spend
+from stores.utxo.values import Spend
 
 log = logging.getLogger("utxoflow.blocks")
 # A block is authoritative over `locked`: its spends go through parents a conflict swap locked.

@@ -11,7 +11,7 @@ import click
 
 from chain import hash_to_hex, hex_to_hash
 from chain.address import address_to_script
-from stores.utxo import ProcessingError, TxNotFound, UtxoStore, scripts
+from stores.utxo import ProcessingError, TxNotFound, UtxoStore, scriptindex
 from workers.cli.app import BadInput, Context, NotFound, OutputClosed, cli, emit, log
 
 MAX_VOUT = 0xFFFFFFFF
@@ -123,10 +123,10 @@ def script_selector(script_hex: str | None, address: str | None, scripthash: str
     if len(given) > 1:
         raise BadInput(f"{' and '.join(given)} exclude each other")
     if script_hex is not None:
-        return scripts.scripthash(parse_script(script_hex))
+        return scriptindex.scripthash(parse_script(script_hex))
     if address is not None:
         try:
-            return scripts.scripthash(address_to_script(address))
+            return scriptindex.scripthash(address_to_script(address))
         except ValueError as e:
             raise BadInput(f"--address: {e}") from None
     if scripthash is not None:
@@ -140,7 +140,7 @@ def script_selector(script_hex: str | None, address: str | None, scripthash: str
 @click.option("--address", metavar="ADDR", help="Only outputs paying this P2PKH or P2SH address.")
 @click.option("--scripthash", metavar="HASH",
               help="Only outputs whose script has this SHA-256 (Electrum's scripthash, byte-reversed hex).")
-@click.option("--limit", type=click.IntRange(1, scripts.PAGE_LIMIT), default=None,
+@click.option("--limit", type=click.IntRange(1, scriptindex.PAGE_LIMIT), default=None,
               help="With a script: at most this many outputs (one page); go on with --after.")
 @click.option("--after", "after", metavar="CURSOR", default=None,
               help="With a script: the outputs after this cursor (the last line's \"cursor\").")
@@ -196,7 +196,7 @@ def _script_lines(
     """Write the script's outputs (one page of `limit`, or all); how many."""
     n = 0
     while True:
-        page = limit or scripts.PAGE_LIMIT
+        page = limit or scriptindex.PAGE_LIMIT
         items, after = store.script_utxos(h, after=after, limit=page, confirmed=confirmed)
         for u in items:
             write(u.json_line())

@@ -41,7 +41,7 @@ from stores.errors import StorageError
 from stores.lease import holder_gone
 from stores.state.chunks import DONE
 from stores.state.prunejobs import PruneJob
-from stores.utxo.records import PruneResult
+from stores.utxo.values import PruneResult
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -9,7 +9,7 @@ Invariants:
   page last reported, and the kernel's whole-transaction `spent_utxos` is their sum.
 - The reassignment log holds hashes as bytes (the Lua module writes them so); the kernel's
   JSON form, with hashes as Bitcoin shows them, is made here and nowhere else.
-- `liveKeys` (the script index's, `stores.utxo.aerospike.scripts`) is no field: it is what
+- `liveKeys` (the script index's, `stores.utxo.aerospike.scriptindex`) is no field: it is what
   `live_keys` makes of a record's slots and `scriptKeys`, written with every new record (and
   page), and kept so by the Lua module on every change of a slot.
 """

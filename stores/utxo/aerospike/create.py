@@ -30,8 +30,8 @@ from stores.utxo.createplan import CreatePlanMixin
 from stores.utxo.errors import ProcessingError, TxExists
 from stores.utxo.gcpause import gc_paused
 from stores.utxo.kernel.record import Record
-from stores.utxo.records import BlockInfo, TxMeta, Utxo
 from stores.utxo.snapshot import snapshot_record
+from stores.utxo.values import BlockInfo, TxMeta, Utxo
 
 NO_HASH = b"\x00" * 32
 

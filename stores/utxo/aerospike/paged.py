@@ -32,7 +32,7 @@ from stores.utxo.aerospike import codec
 from stores.utxo.aerospike.base import AerospikeBase
 from stores.utxo.errors import ProcessingError, TxNotFound
 from stores.utxo.kernel.record import Record
-from stores.utxo.records import LOCK_TYPE, CreationLock
+from stores.utxo.values import LOCK_TYPE, CreationLock
 
 LOCK_TXID = "lockTxid"
 LOCK_RECORD_GRACE = 86_400  # seconds a lock record outlives its lock (for its options)

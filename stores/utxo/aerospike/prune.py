@@ -1,6 +1,6 @@
 """Pruning on Aerospike: deleting the records whose delete-at-height has come (Teranode's pruner
 service, phase 2), expired preservations and old unmined transactions. The rules are the kernel's
-(`kernel.dah.is_due`, `spenders`, `stable_spender`; `kernel.state.add_deleted_child` and
+(`kernel.dah.is_due`, `spenders`, `stable_spender`; `kernel.marks.add_deleted_child` and
 `expire_preservation` as the Lua module's `add_child` and `set_state`); this module finds, reads and
 removes. There is no lock across records: each step below is atomic per record, and the order of the
 steps is what keeps a crash or a race harmless.
@@ -43,7 +43,7 @@ from stores.utxo.aerospike.client import Key, chunked
 from stores.utxo.aerospike.create import CreateMixin
 from stores.utxo.kernel import dah
 from stores.utxo.kernel.record import Record
-from stores.utxo.records import PruneResult
+from stores.utxo.values import PruneResult
 
 log = logging.getLogger("utxoflow.store")
 

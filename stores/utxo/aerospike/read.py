@@ -27,9 +27,9 @@ from stores.utxo.aerospike.base import BATCH
 from stores.utxo.aerospike.create import CreateMixin
 from stores.utxo.errors import Outpoint, ProcessingError, TxNotFound
 from stores.utxo.kernel.record import Record, meta_of, spenders
-from stores.utxo.records import OutputInfo, Spenders, SpendInfo, Standing, TxMeta, UtxoStats
 from stores.utxo.sql import codec as sql_codec
 from stores.utxo.sql.read import FIELDS
+from stores.utxo.values import OutputInfo, Spenders, SpendInfo, Standing, TxMeta, UtxoStats
 from stores.utxo.view import VIEW_BYTES, Outputs, Segment, UtxoView, no_blob, record_outputs
 
 # record_outputs reads the SQL codec's raw formats: the bins must mean the same by them

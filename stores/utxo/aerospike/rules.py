@@ -46,7 +46,7 @@ from stores.utxo.aerospike.client import Connection, Key
 from stores.utxo.errors import Outpoint, ProcessingError, SpendRejected, UtxoError
 from stores.utxo.kernel import verdicts
 from stores.utxo.kernel.spend import NO_IGNORE, Ignore, expected_hash
-from stores.utxo.records import Spend, SpendInfo, SpendStatus
+from stores.utxo.values import Spend, SpendInfo, SpendStatus
 
 Ctx = str  # "spend", "unspend", "verify" (freeze / unfreeze / reassign), "freeze"
 REDONE = ("UTXO_HASH_MISMATCH", "UTXO_NOT_FROZEN")  # what a reassign done already answers again

@@ -24,7 +24,7 @@ from stores.utxo.errors import Outpoint, ProcessingError, UtxoError
 from stores.utxo.gcpause import gc_paused
 from stores.utxo.kernel import outputs, verdicts
 from stores.utxo.kernel.spend import NO_IGNORE, Ignore, blesses
-from stores.utxo.records import Spend
+from stores.utxo.values import Spend
 
 NO_HASH = b"\x00" * 32
 

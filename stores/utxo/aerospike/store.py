@@ -1,10 +1,10 @@
 """The Aerospike UTXO store (`aerospike://HOST:PORT[,…]/NAMESPACE?set=SET`): every concern of
 the Protocol in its own module, layered (each may use those below it):
 
-    scripts.py   the script index: a script's unspent outputs, a page at a time
+    scriptindex.py  the script index: a script's unspent outputs, a page at a time
     read.py      records, outputs, GetSpend, the UTXO views
     prune.py     delete-at-height queries and pruning, expired preservations, old unmined
-    state.py     block membership, longest chain, locked, conflicting, preservation
+    marks.py     block membership, longest chain, locked, conflicting, preservation
     spend.py     spends, unspends, freeze / unfreeze / reassign
     create.py    creating records (one-record, external, multi-record), snapshot imports
     paged.py     two-phase creation's lock records and the record-level calls it drives
@@ -25,11 +25,11 @@ from stores.blob.protocol import BlobStore
 from stores.errors import StorageError
 from stores.utxo.aerospike import codec
 from stores.utxo.aerospike.client import Connection
+from stores.utxo.aerospike.marks import StateMixin
 from stores.utxo.aerospike.prune import PruneMixin
 from stores.utxo.aerospike.rules import Rules
-from stores.utxo.aerospike.scripts import LIVE_KEYS_INDEX, ScriptsMixin, create_index
+from stores.utxo.aerospike.scriptindex import LIVE_KEYS_INDEX, ScriptsMixin, create_index
 from stores.utxo.aerospike.spend import SpendMixin
-from stores.utxo.aerospike.state import StateMixin
 from stores.utxo.external import ExternalTxs
 from stores.utxo.prevouts import RecentOutputs
 

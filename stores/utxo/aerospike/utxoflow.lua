@@ -15,7 +15,7 @@
 --   overwrites a newer one (a counter of our own: Aerospike's generation wraps at 65,535).
 -- * Flags are integers 0/1 (Lua's 0 is true: always compare with 1); an absent bin is 0/nil.
 -- * A function writes only when something changed, and everything it changed in one update.
--- * `liveKeys` (the script index's: stores/utxo/aerospike/scripts.py) maps each script key to
+-- * `liveKeys` (the script index's: stores/utxo/aerospike/scriptindex.py) maps each script key to
 --   the number of this record's live (unspent or frozen) slots with that key, the key of slot i
 --   being `scriptKeys` bytes 8i..8i+7 (LE signed). A slot that stops or starts being live
 --   (spend; unspend, take_back) changes it in the same update (`live_keys`); freezing does not.
@@ -648,7 +648,7 @@ function get_spend(rec, slot, vout, want_b, tip)
     return m
 end
 
--- kernel.state.set_mined / unset_mined: one bytes value, the record's number of child pages
+-- kernel.marks.set_mined / unset_mined: one bytes value, the record's number of child pages
 -- (LE u32: their mirrored `locked` is the caller's to clear) then its block ids after the
 -- change (LE i64 each; rules.py `mined_result` reads it, for the reason `spend` packs its answer)
 -- (`creating_ok` 0: a master still creating is left as it is and answers TX_CREATING, so that
@@ -715,7 +715,7 @@ function set_mined(rec, block_id, block_height, subtree, on_longest, unset, heig
     return bytes_of(pack("<I4" .. rep("i8", n), table.unpack(out)))
 end
 
--- kernel.state: the one-flag and preservation changes; `what` names which:
+-- kernel.marks: the one-flag and preservation changes; `what` names which:
 -- longest (value 1: on the longest chain, else unmined since `height`), locked, conflicting,
 -- preserve (value: the height preserved until), expire (a preservation that ran out)
 function set_state(rec, what, value, height, retention)

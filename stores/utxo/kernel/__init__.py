@@ -9,5 +9,5 @@ lock, calling these, writing back what they touched; Aerospike as a Lua port of 
 | spend checks (and their fast form), unspend, GetSpend | `kernel.spend` |
 | freeze, unfreeze, reassign | `kernel.outputs` |
 | delete-at-height (and its SQL fast form) | `kernel.dah` |
-| set-mined, longest chain, locked, conflicting, preserve, deleted children | `kernel.state` |
+| set-mined, longest chain, locked, conflicting, preserve, deleted children | `kernel.marks` |
 """

@@ -60,7 +60,7 @@ def tx_slots(tx: Tx, start: int = 0, stop: int | None = None, frozen: bool = Fal
 
 def script_keys(scripts: Iterable[bytes]) -> bytes:
     """The packed script index keys of outputs with these scripts (`Record.script_keys`): the
-    first 8 bytes of each script's SHA-256, which `stores.utxo.scripts.script_key` reads as the
+    first 8 bytes of each script's SHA-256, which `stores.utxo.scriptindex.script_key` reads as the
     key (`masters` inlines this for a block's worth of transactions)."""
     return b"".join([sha256(s).digest()[:8] for s in scripts])
 

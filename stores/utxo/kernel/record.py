@@ -26,7 +26,7 @@ from typing import Any
 
 from chain import Tx
 from stores.utxo import slots
-from stores.utxo.records import Spenders, TxMeta
+from stores.utxo.values import Spenders, TxMeta
 
 SLOT = slots.SLOT
 Block = tuple[int, int, int]  # (block id, height, subtree index)
@@ -67,7 +67,7 @@ class Record:
     reassignments: str = "[]"  # JSON [{offset, utxo_hash, new_utxo_hash, block_height}, …]
     spendable_in: str = NO_SPENDABLE  # JSON {vout: first spendable height} of reassigned outputs
     inpoints: bytes = b""  # 36 bytes per input: parent txid ‖ vout (LE u32)
-    # 8 bytes per slot: the script index key of its output (`stores.utxo.scripts`), so that a
+    # 8 bytes per slot: the script index key of its output (`stores.utxo.scriptindex`), so that a
     # spend removes the output's index entry without reading the transaction
     script_keys: bytes = b""
     pages: dict[int, Record] = field(default_factory=dict)
@@ -100,7 +100,7 @@ class Record:
 
     def script_key(self, rec: Record, off: int) -> int:
         """The script index key of the output in the slot at byte offset `off` of this master or
-        its page `rec` (`stores.utxo.scripts.script_key`)."""
+        its page `rec` (`stores.utxo.scriptindex.script_key`)."""
         at = off // SLOT * 8
         return int.from_bytes(rec.script_keys[at : at + 8], "little", signed=True)
 

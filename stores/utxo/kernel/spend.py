@@ -39,7 +39,7 @@ from stores.utxo.errors import Outpoint, SpendRejected, UtxoError
 from stores.utxo.kernel import verdicts
 from stores.utxo.kernel.outputs import verified_slot
 from stores.utxo.kernel.record import NO_SPENDABLE, Record
-from stores.utxo.records import Spend, SpendInfo, SpendStatus
+from stores.utxo.values import Spend, SpendInfo, SpendStatus
 
 SLOT = slots.SLOT
 NO_HASH, UNSPENT, FROZEN = slots.NO_HASH, slots.UNSPENT, slots.FROZEN

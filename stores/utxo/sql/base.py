@@ -200,7 +200,7 @@ class SqlBase:
         else:
             self.batch_size = pagesize.adopt(self.url_safe, int(size), self.batch_size)
         # The script index's lag is the store's, as its batch size: a table kept without one holds
-        # every record's entries, one kept with one only those below its mark (`sql/scripts.py`).
+        # every record's entries, one kept with one only those below its mark (`sql/scriptindex.py`).
         lag = self._meta(cur, "index_lag")
         if lag is None:
             self._set_meta(cur, "index_lag", str(self.index_lag))

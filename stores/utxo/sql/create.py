@@ -26,11 +26,11 @@ from stores.utxo import twophase
 from stores.utxo.createplan import CreatePlanMixin
 from stores.utxo.errors import ProcessingError, TxExists
 from stores.utxo.gcpause import gc_paused
-from stores.utxo.kernel import state
+from stores.utxo.kernel import marks
 from stores.utxo.kernel.record import Record
-from stores.utxo.records import BlockInfo, TxMeta
 from stores.utxo.sql import codec
 from stores.utxo.sql.spend import SpendMixin
+from stores.utxo.values import BlockInfo, TxMeta
 
 log = logging.getLogger("utxoflow.store")
 NO_HASH = b"\x00" * 32
@@ -117,7 +117,7 @@ class CreateMixin(SpendMixin, CreatePlanMixin):
             for t in sorted(inserted):
                 for i in by_id[t].inputs:
                     if i.prev_txid in recs:
-                        state.add_conflicting_child(recs[i.prev_txid], t)
+                        marks.add_conflicting_child(recs[i.prev_txid], t)
             self._write(cur, recs.values())
 
         return after

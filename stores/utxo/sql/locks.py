@@ -25,8 +25,8 @@ from typing import Any
 
 from stores.lease import lapsed
 from stores.utxo import validate
-from stores.utxo.records import LOCK_TYPE, CreationLock
-from stores.utxo.sql.scripts import ScriptIndexMixin
+from stores.utxo.sql.scriptindex import ScriptIndexMixin
+from stores.utxo.values import LOCK_TYPE, CreationLock
 
 
 class LockMixin(ScriptIndexMixin):

@@ -24,7 +24,7 @@ from stores.utxo.errors import ProcessingError, TxNotFound
 from stores.utxo.kernel.record import Record
 from stores.utxo.sql import codec
 from stores.utxo.sql.locks import LockMixin
-from stores.utxo.sql.scripts import live_entries
+from stores.utxo.sql.scriptindex import live_entries
 
 
 class PagedMixin(LockMixin):

@@ -1,6 +1,6 @@
 """Pruning on SQL: deleting the records whose delete-at-height has come (Teranode's pruner service,
 phase 2), one chunk per write unit. The rules are the kernel's (`kernel.dah.is_due`, `spenders`,
-`stable_spender`, `kernel.state.add_deleted_child`); this module only loads, locks and writes.
+`stable_spender`, `kernel.marks.add_deleted_child`); this module only loads, locks and writes.
 
 Invariants:
 - A record goes only if it is still due under lock: a DAH cleared between the query and the
@@ -32,11 +32,11 @@ from typing import Any
 from chain import hash_to_hex
 from stores.errors import StorageError
 from stores.utxo import validate
-from stores.utxo.kernel import dah, state
+from stores.utxo.kernel import dah, marks
 from stores.utxo.kernel.record import Record
-from stores.utxo.records import PruneResult
 from stores.utxo.sql import codec
-from stores.utxo.sql.state import StateMixin
+from stores.utxo.sql.marks import StateMixin
+from stores.utxo.values import PruneResult
 
 log = logging.getLogger("utxoflow.store")
 
@@ -175,7 +175,7 @@ class PruneMixin(StateMixin):
         for rec in going:
             for p in rec.parent_txids():
                 if p in recs and p not in gone:
-                    state.add_deleted_child(recs[p], rec.txid)
+                    marks.add_deleted_child(recs[p], rec.txid)
         self._write(cur, [r for t, r in recs.items() if t not in gone])
         self._delete(cur, going)
         cur.execute(self.db.q("DELETE FROM tx_locks WHERE expires_at <= ?"), (int(time.time() * 1000),))

@@ -16,22 +16,22 @@ from typing import Any
 
 from chain import Tx, hash_to_hex, parse_tx
 from stores.blob.protocol import BlobNotFound
-from stores.utxo import scripts, slots, validate
+from stores.utxo import scriptindex, slots, validate
 from stores.utxo.errors import Outpoint, ProcessingError, TxNotFound
 from stores.utxo.kernel import spend
 from stores.utxo.kernel.record import MINED_SQL, Record, meta_of, spenders
-from stores.utxo.records import OutputInfo, Spenders, SpendInfo, Standing, TxMeta, UtxoStats
-from stores.utxo.scripts import ScriptUtxo
+from stores.utxo.scriptindex import ScriptUtxo
 from stores.utxo.sql import codec
 from stores.utxo.sql.prune import PruneMixin
-from stores.utxo.sql.scripts import tail_entries
+from stores.utxo.sql.scriptindex import tail_entries
+from stores.utxo.values import OutputInfo, Spenders, SpendInfo, Standing, TxMeta, UtxoStats
 from stores.utxo.view import Segment, UtxoView, no_blob, record_outputs
 
 FIELDS = frozenset(TxMeta._fields)
 SELECT_TX = f"SELECT {codec.FULL.select}, raw_format, raw FROM txs"
 # A record whose multi-record creation is unfinished lists nothing until it is complete.
 _CONFIRMED = f"{MINED_SQL} AND conflicting = 0 AND creating = 0"
-class ReadMixin(PruneMixin, UtxoView, scripts.ScriptBalance):
+class ReadMixin(PruneMixin, UtxoView, scriptindex.ScriptBalance):
     def get(self, txid: bytes, fields: Sequence[str] | None = None) -> TxMeta:
         validate.hash32("txid", txid)
         if fields is not None:
@@ -195,11 +195,11 @@ class ReadMixin(PruneMixin, UtxoView, scripts.ScriptBalance):
     def script_utxos(
         self, scripthash: bytes, *, after: str | None = None, limit: int = 1000, confirmed: bool = False
     ) -> tuple[list[ScriptUtxo], str | None]:
-        """A page of the unspent outputs of the script with this hash (`stores.utxo.scripts`),
+        """A page of the unspent outputs of the script with this hash (`stores.utxo.scriptindex`),
         and the cursor after it (None: the last page)."""
         validate.hash32("scripthash", scripthash)
-        scripts.check_limit(limit)
-        key, pos = scripts.script_key(scripthash), scripts.parse_cursor(after)
+        scriptindex.check_limit(limit)
+        key, pos = scriptindex.script_key(scripthash), scriptindex.parse_cursor(after)
         out: list[ScriptUtxo] = []
         while len(out) < limit:
             want = limit - len(out)
@@ -212,7 +212,7 @@ class ReadMixin(PruneMixin, UtxoView, scripts.ScriptBalance):
             if len(entries) < want:
                 return out, None
             pos = entries[-1]
-        return out, scripts.cursor(pos)
+        return out, scriptindex.cursor(pos)
 
     def _script_entries(
         self, cur: Any, key: int, packed: bytes, pos: tuple[int, int], n: int
@@ -235,7 +235,7 @@ class ReadMixin(PruneMixin, UtxoView, scripts.ScriptBalance):
     def _script_listed(
         self, entries: list[tuple[int, int]], scripthash: bytes, confirmed: bool
     ) -> list[ScriptUtxo]:
-        """What these entries show (`scripts.listed`), in their order, read from their records."""
+        """What these entries show (`scriptindex.listed`), in their order, read from their records."""
         if not entries:
             return []
         rows = self.db.read("script index records", lambda cur: self.db.select_in(
@@ -253,8 +253,8 @@ class ReadMixin(PruneMixin, UtxoView, scripts.ScriptBalance):
         out: list[ScriptUtxo] = []
         for rid, v in entries:
             got = recs.get(rid)
-            u = scripts.listed(
-                got and got[0], v, outputs.get(rid, {}).get(v), scripthash, scripts.cursor((rid, v)),
+            u = scriptindex.listed(
+                got and got[0], v, outputs.get(rid, {}).get(v), scripthash, scriptindex.cursor((rid, v)),
                 self.batch_size,
             )
             if u is not None and (u.confirmed or not confirmed):

@@ -82,7 +82,7 @@ CREATE TABLE IF NOT EXISTS tx_creations (
 )
 """
 
-# The script index (`stores.utxo.scripts`): an entry per unspent output, by the key of its
+# The script index (`stores.utxo.scriptindex`): an entry per unspent output, by the key of its
 # script, then its place in the store (the record's `id`, its vout) — the order pages go in.
 # Written in the same unit as the record change that makes or ends the output. Only the key
 # and the place: all an entry shows is read from its record.

@@ -18,10 +18,10 @@ from chain import hash_to_hex
 from stores.utxo import validate
 from stores.utxo.errors import ProcessingError, TxExists
 from stores.utxo.kernel.record import Record
-from stores.utxo.records import Utxo
 from stores.utxo.snapshot import snapshot_record
 from stores.utxo.sql import codec
 from stores.utxo.sql.create import CreateMixin
+from stores.utxo.values import Utxo
 
 Snapshot = tuple[Record, int, bytes | None]  # (record, raw_format, raw)
 

@@ -17,13 +17,13 @@ from chain import Tx
 from stores.utxo import validate
 from stores.utxo.errors import Outpoint, ProcessingError, UtxoError
 from stores.utxo.gcpause import gc_paused
-from stores.utxo.kernel import outputs, state
+from stores.utxo.kernel import marks, outputs
 from stores.utxo.kernel import spend as rules
 from stores.utxo.kernel.dah import apply_dah
 from stores.utxo.kernel.record import Record
-from stores.utxo.records import Spend
 from stores.utxo.sql import codec
 from stores.utxo.sql.read import ReadMixin
+from stores.utxo.values import Spend
 
 NO_HASH = b"\x00" * 32
 
@@ -118,7 +118,7 @@ class SpendMixin(ReadMixin):
             self._apply_dah(parents.values(), height)
             if lock_parents:
                 for p in parents.values():
-                    state.set_locked(p, True, height, self.retention)
+                    marks.set_locked(p, True, height, self.retention)
             self._write(cur, parents.values())
             self._index_unspent(cur, parents, freed)
             return out

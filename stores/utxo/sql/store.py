@@ -5,7 +5,7 @@ its own module, layered (each may use those below it):
     create.py     creating records (one-record, external, multi-record)
     spend.py      spends, unspends, freeze / unfreeze / reassign
     read.py       records, outputs, GetSpend, the UTXO views
-    state.py      block membership, longest chain, locked, conflicting, preservation, pruning
+    marks.py      block membership, longest chain, locked, conflicting, preservation, pruning
     paged.py      the record-level calls of two-phase creation
     locks.py      creation lock rows
     base.py       records under lock, written back; the store's height and schema
@@ -34,7 +34,7 @@ class SqlUtxoStore(SnapshotMixin):
     """Implements `stores.utxo.protocol.UtxoStore`; a backend module supplies its dialect."""
 
     pragmas: Sequence[str] = ()
-    # newest records the script index may leave to the query's scan of them (`sql/scripts.py`):
+    # newest records the script index may leave to the query's scan of them (`sql/scriptindex.py`):
     # only where one writer works at a time (SQLite); 0 is an index kept as records change
     default_index_lag = 0
 

@@ -1,4 +1,5 @@
-"""Records the UTXO store hands in and out. Hashes are internal byte order; `to_json` shows them reversed."""
+"""The values the UTXO store takes and hands out (the kernel's `Record` is not among them: that is what
+the store keeps). Hashes are internal byte order; `to_json` shows them reversed."""
 
 from __future__ import annotations
 

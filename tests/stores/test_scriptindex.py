@@ -1,4 +1,4 @@
-"""Conformance: the script index (`stores.utxo.scripts`) on every backend — what a script's
+"""Conformance: the script index (`stores.utxo.scriptindex`) on every backend — what a script's
 listing holds through creates, spends, unspends, mining, conflicts, deletions, pruning,
 multi-record transactions and snapshots; its pages and cursors; and a random run of all of it
 checked against a model kept here."""
@@ -16,7 +16,7 @@ from chain import Tx, TxIn
 from chain.build import build_tx, p2pkh, spend_input
 from stores.errors import StoreError
 from stores.utxo import Spend, Utxo, UtxoStore, open_utxo_store
-from stores.utxo.scripts import Balance, ScriptUtxo
+from stores.utxo.scriptindex import Balance, ScriptUtxo
 from tests.stores.conftest import PAGE
 from tests.stores.helpers import created, script, uhash
 

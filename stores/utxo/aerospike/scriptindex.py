@@ -1,4 +1,4 @@
-"""The script index on Aerospike (`stores.utxo.scripts`): each record keeps the keys of its live
+"""The script index on Aerospike (`stores.utxo.scriptindex`): each record keeps the keys of its live
 outputs in a map bin, and a secondary index on that map's keys finds a script's records.
 
 Invariants:
@@ -20,22 +20,22 @@ Invariants:
   after the cursor's `rid`, and sorted here) and reads only its own outputs' masters and
   transaction bytes — O(the records holding the script's outputs), never O(the store). A walk
   of every page pays that per page: a script of millions of outputs is better walked with
-  large pages (`scripts.PAGE_LIMIT`, as `script_balance` does).
+  large pages (`scriptindex.PAGE_LIMIT`, as `script_balance` does).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from stores.utxo import scripts, slots, validate
+from stores.utxo import scriptindex, slots, validate
 from stores.utxo.aerospike import codec
 from stores.utxo.aerospike.read import ReadMixin
-from stores.utxo.scripts import ScriptUtxo
+from stores.utxo.scriptindex import ScriptUtxo
 
 LIVE_KEYS_INDEX = "utxoflow_live_keys"  # (per namespace, as `store.DAH_INDEX`)
 RID, SCRIPT_KEYS = codec.BINS["id"], codec.BINS["script_keys"]
 FOUND_BINS = ["txid", "page", RID, "utxos", SCRIPT_KEYS]
-# what `scripts.listed` reads of a master (its own slots too: an output spent since the query
+# what `scriptindex.listed` reads of a master (its own slots too: an output spent since the query
 # lists nothing), and its outputs (the transaction's bytes if it keeps them)
 MASTER_BINS = [
     "txid", "conflicting", "creating", "unminedSince", *codec.BLOCK_BINS, "coinbase", "external",
@@ -67,7 +67,7 @@ def live_slots(bins: dict[str, Any], packed: bytes) -> list[int]:
     return out
 
 
-class ScriptsMixin(ReadMixin, scripts.ScriptBalance):
+class ScriptsMixin(ReadMixin, scriptindex.ScriptBalance):
     def script_utxos(
         self, scripthash: bytes, *, after: str | None = None, limit: int = 1000, confirmed: bool = False
     ) -> tuple[list[ScriptUtxo], str | None]:
@@ -75,8 +75,8 @@ class ScriptsMixin(ReadMixin, scripts.ScriptBalance):
         after the cursor, and the cursor after it (None: the last page). See the module for
         what it costs."""
         validate.hash32("scripthash", scripthash)
-        scripts.check_limit(limit)
-        key, pos = scripts.script_key(scripthash), scripts.parse_cursor(after)
+        scriptindex.check_limit(limit)
+        key, pos = scriptindex.script_key(scripthash), scriptindex.parse_cursor(after)
         todo = self._places(key, pos)
         out: list[ScriptUtxo] = []
         done = 0
@@ -87,7 +87,7 @@ class ScriptsMixin(ReadMixin, scripts.ScriptBalance):
         if done == len(todo):
             return out, None
         # the page is full, so every place of the last chunk was listed: the cursor is its last item's
-        return out, scripts.cursor(todo[done - 1][:2])
+        return out, scriptindex.cursor(todo[done - 1][:2])
 
     def _places(self, key: int, after: tuple[int, int]) -> list[Place]:
         """The places after `after` of the live outputs whose script key is `key`, in order."""
@@ -115,7 +115,7 @@ class ScriptsMixin(ReadMixin, scripts.ScriptBalance):
         return out
 
     def _script_listed(self, places: list[Place], scripthash: bytes, confirmed: bool) -> list[ScriptUtxo]:
-        """What these places show (`scripts.listed`), in their order, read from their masters
+        """What these places show (`scriptindex.listed`), in their order, read from their masters
         (a page's outputs are its transaction's: its master says whether and how they list)."""
         txids = list(dict.fromkeys(t for _r, _v, t in places))
         masters = self._found(txids, MASTER_BINS)
@@ -129,8 +129,9 @@ class ScriptsMixin(ReadMixin, scripts.ScriptBalance):
         }  # fmt: skip
         out: list[ScriptUtxo] = []
         for r, v, t in places:
-            u = scripts.listed(
-                recs.get(t), v, outputs.get(t, {}).get(v), scripthash, scripts.cursor((r, v)), self.batch_size
+            u = scriptindex.listed(
+                recs.get(t), v, outputs.get(t, {}).get(v), scripthash, scriptindex.cursor((r, v)),
+                self.batch_size,
             )
             if u is not None and (u.confirmed or not confirmed):
                 out.append(u)

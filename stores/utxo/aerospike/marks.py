@@ -1,5 +1,5 @@
 """Record-level state on Aerospike: block membership, the longest chain, locked, conflicting and
-preservation — each a kernel rule (`kernel.state`) run by the Lua module on each record, the
+preservation — each a kernel rule (`kernel.marks`) run by the Lua module on each record, the
 same call on a batch of records at once.
 
 Invariants:

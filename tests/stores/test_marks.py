@@ -444,7 +444,7 @@ def test_first_mining_agrees_with_the_dah_rule(
 ) -> None:
     """set_mined's no-read path writes DAH in SQL (`dah.first_mining_sql`); it must equal the
     kernel's set-mined exactly."""
-    from stores.utxo.kernel import dah, state
+    from stores.utxo.kernel import dah, marks
 
     store.set_block_height(100)
     f = funding(2)
@@ -454,7 +454,7 @@ def test_first_mining_agrees_with_the_dah_rule(
     if all_spent and not conflicting and not locked:
         store.spend_many([child((f, 0)), child((f, 1))], 100)
     model = as_record(store.get(f.txid))
-    state.set_mined(model, (3, 100, 0), True, dah.mining_height(100, 100), RET)
+    marks.set_mined(model, (3, 100, 0), True, dah.mining_height(100, 100), RET)
     assert store.set_mined_multi([f.txid], 3, 100) == [[3]]
     after = store.get(f.txid)
     assert after.delete_at_height == model.delete_at_height
@@ -493,58 +493,3 @@ def test_spend_agrees_with_the_dah_rule(
     model.spent_utxos += 1
     assert after.delete_at_height == due(model, 100, RET)
 
-
-def test_a_connection_lost_in_the_commit_of_an_idempotent_state_write_is_tried_again(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`utxo wait` settles blocks (`remove_pending`) and notes what it reported (`set_meta`) on
-    a connection an operator's restart may cut at any moment, the COMMIT included. Those writes
-    are idempotent, so a COMMIT lost is tried again on a new connection instead of ending the
-    wait with a StorageError; a unit that is not idempotent still leaves as one (it may have
-    committed). The cut is made from inside the unit, so its COMMIT is what meets it."""
-    import psycopg
-
-    import stores.state.pending as pending_module
-    from stores.state import open_state_store
-    from stores.utxo import StorageError
-
-    state = open_state_store(pg_url)
-    db = state.db  # type: ignore[attr-defined]
-
-    def cut() -> None:
-        pid = db.backend_pid()
-        with psycopg.connect(pg_url, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
-                pass  # gone before the unit's COMMIT is sent
-
-    calls = []
-    real = pending_module.note_refusal
-
-    def cut_once(*args: object) -> None:
-        calls.append(args)
-        real(*args)  # type: ignore[arg-type]
-        if len(calls) == 1:
-            cut()
-
-    monkeypatch.setattr(pending_module, "note_refusal", cut_once)
-    try:
-        state.add_pending("tx:" + "ab" * 32, "tx", "ab" * 32, "run-1")
-        state.remove_pending("tx:" + "ab" * 32, refused=("spends a spent output", "cd" * 32))
-        assert len(calls) == 2  # the first COMMIT was lost, the unit ran again
-        assert state.pending() == []
-        assert [(r.ident, r.reason, r.rival) for r in state.last_refusals()] == [
-            ("tx:" + "ab" * 32, "spends a spent output", "cd" * 32)
-        ]
-        seen = []
-
-        def cut_first(cur: object) -> None:
-            seen.append(cur)
-            if len(seen) == 1:
-                cut()
-
-        with pytest.raises(StorageError, match=r"not twice failed .*AdminShutdown"):
-            db.write("not twice", cut_first)
-        assert len(seen) == 1
-    finally:
-        state.close()

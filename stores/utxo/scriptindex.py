@@ -1,5 +1,5 @@
 """The script index: the unspent outputs a locking script owns, found in O(results) — the one
-statement of what it holds and shows, which every backend keeps (tests/stores/test_scripts.py).
+statement of what it holds and shows, which every backend keeps (tests/stores/test_scriptindex.py).
 
 Invariants:
 - An entry per output in the store's view of unspent outputs: a UTXO slot (not a data carrier)
@@ -15,7 +15,7 @@ Invariants:
   commits, so a record being written while a page is read, under an id below that page's last,
   is passed over by that walk; the next walk lists it.)
 - On SQLite the entries of the newest records may not be written yet: a query finds those by
-  a bounded scan of their keys instead (`stores.utxo.sql.scripts`), and lists the same.
+  a bounded scan of their keys instead (`stores.utxo.sql.scriptindex`), and lists the same.
 - Everything an entry shows is read from its record when it is listed (`listed`): the script (an
   entry whose script does not hash to the one asked for is a collision of the key, skipped), the
   satoshis, height and coinbase flag, and whether it is confirmed (its transaction mined on the
@@ -32,7 +32,7 @@ from typing import Any
 from stores.utxo import slots
 from stores.utxo.errors import ProcessingError
 from stores.utxo.kernel.record import Record
-from stores.utxo.records import Utxo
+from stores.utxo.values import Utxo
 
 PAGE_LIMIT = 10_000  # entries per page at most
 

@@ -1,4 +1,4 @@
-"""The script index's entries on SQL (`stores.utxo.scripts`; table `script_utxos`): made and
+"""The script index's entries on SQL (`stores.utxo.scriptindex`; table `script_utxos`): made and
 ended in the write unit of the record change that makes or ends the output.
 
 Invariants:
@@ -25,8 +25,8 @@ from typing import Any
 
 from stores.utxo import slots
 from stores.utxo.kernel.record import Record
-from stores.utxo.records import Spend
 from stores.utxo.sql.base import SqlBase
+from stores.utxo.values import Spend
 
 SLOT = slots.SLOT
 _INSERT = "INSERT INTO script_utxos (sh, rid, vout) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"

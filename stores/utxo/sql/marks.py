@@ -1,5 +1,5 @@
 """Record-level state on SQL: block membership, the longest chain, locked, conflicting,
-preservation, and pruning — each a kernel rule (`kernel.state`, `kernel.dah`) applied to
+preservation, and pruning — each a kernel rule (`kernel.marks`, `kernel.dah`) applied to
 records loaded under lock.
 
 Invariants:
@@ -25,7 +25,7 @@ from stores.sqldb import chunks
 from stores.utxo import validate
 from stores.utxo.errors import TxNotFound, UtxoError
 from stores.utxo.gcpause import gc_paused
-from stores.utxo.kernel import dah, state
+from stores.utxo.kernel import dah, marks
 from stores.utxo.kernel.record import Record
 from stores.utxo.sql.paged import PagedMixin
 
@@ -47,7 +47,7 @@ class StateMixin(PagedMixin):
         on_longest_chain: bool = True,
         unset: bool = False,
     ) -> list[list[int] | UtxoError]:
-        """Add (or remove) a block in each record's block list (`kernel.state`); each record's
+        """Add (or remove) a block in each record's block list (`kernel.marks`); each record's
         block ids after the change, or TxNotFound."""
         validate.number("block_id", block_id)
         validate.height("block_height", block_height)
@@ -79,9 +79,9 @@ class StateMixin(PagedMixin):
 
         def change(rec: Record) -> None:
             if unset:
-                state.unset_mined(rec, block_id, on_longest_chain, height, self.retention)
+                marks.unset_mined(rec, block_id, on_longest_chain, height, self.retention)
             else:
-                state.set_mined(rec, block, on_longest_chain, height, self.retention)
+                marks.set_mined(rec, block, on_longest_chain, height, self.retention)
 
         def unit(cur: Any) -> dict[bytes, list[int]]:
             recs = self._records(cur, wanted)
@@ -125,14 +125,14 @@ class StateMixin(PagedMixin):
         tip = self.height_for()
         ret = self.retention
         self._change("mark_on_longest_chain", txids,
-                     lambda rec: state.mark_on_longest_chain(rec, on, tip, ret))
+                     lambda rec: marks.mark_on_longest_chain(rec, on, tip, ret))
 
     def set_locked(self, txids: Sequence[bytes], value: bool) -> None:
         height = self.height_for()
         self._change(
             "set_locked",
             txids,
-            lambda rec: state.set_locked(rec, value, height, self.retention),
+            lambda rec: marks.set_locked(rec, value, height, self.retention),
             missing_ok=False,
         )
 
@@ -149,11 +149,11 @@ class StateMixin(PagedMixin):
                 raise TxNotFound(f"tx {hash_to_hex(missing[0])} not found", txid=missing[0])
             for t in wanted:
                 rec = recs[t]
-                state.set_conflicting(rec, value, height, self.retention)
+                marks.set_conflicting(rec, value, height, self.retention)
                 if value:
                     for p, _v in rec.inpoint_list():
                         if p in recs:  # a parent already pruned has nothing to record
-                            state.add_conflicting_child(recs[p], t)
+                            marks.add_conflicting_child(recs[p], t)
             self._write(cur, recs.values())
 
         self.db.write("set_conflicting", unit)
@@ -170,7 +170,7 @@ class StateMixin(PagedMixin):
 
     def preserve_transactions(self, txids: Sequence[bytes], until: int) -> None:
         validate.height("until", until)
-        self._change("preserve_transactions", txids, lambda rec: state.preserve(rec, until))
+        self._change("preserve_transactions", txids, lambda rec: marks.preserve(rec, until))
 
     def process_expired_preservations(self, height: int) -> int:
         """Every record whose preservation ran out by `height` may go at height + retention."""
@@ -181,7 +181,7 @@ class StateMixin(PagedMixin):
 
         def change(rec: Record) -> None:
             if rec.preserve_until is not None and rec.preserve_until <= height:
-                state.expire_preservation(rec, height, self.retention)
+                marks.expire_preservation(rec, height, self.retention)
 
         for part in chunks(txids, 5000):
             self._change("process_expired_preservations", part, change)
