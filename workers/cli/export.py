@@ -2,8 +2,9 @@
 
 Invariants:
 - The file is one header line, {"snapshot": {"height","block_hash","muhash","utxos","satoshis"}}
-  (`snapshot.Header`): the tip and the commitment the state store keeps for it, both read before
-  anything else; then the confirmed set, one import-utxos line per output (`Utxo.json_line`).
+  (`workers.snapshots.fileformat.Header`): the tip and the commitment the state store keeps
+  for it, both read before anything else; then the confirmed set, one import-utxos line per
+  output (`Utxo.json_line`).
 - What is written is what the header says, or the export fails (BadInput, exit 2): the lines'
   commitment is computed as they are written (`commitment.of_utxos` over the stream, so memory
   stays bounded and the set is never held), and at the end the tip must be the same block and
@@ -32,7 +33,7 @@ from stores.state import Commitment, StateStore
 from stores.utxo import Utxo, UtxoStore
 from workers.cli.app import BadInput, Context, NotFound, OutputClosed, cli, emit
 from workers.cli.progress import Reporter
-from workers.cli.snapshot import Header
+from workers.snapshots.fileformat import Header
 
 _ADVANCE_EVERY = 10_000  # outputs between progress updates (an update per output costs more than its line)
 _BUFFER = 1 << 20
