@@ -41,6 +41,23 @@ class CreatePlanMixin(PrevoutsMixin):
     batch_size: int
     retention: int
     height_for: Callable[[int], int]  # the store's (its base class's)
+    create_many: Callable[..., Sequence[TxMeta | StoreError | None]]  # the backend's
+
+    def create(
+        self,
+        tx: Tx,
+        block_height: int,
+        mined_block_infos: Sequence[BlockInfo] = (),
+        locked: bool = False,
+        conflicting: bool = False,
+        frozen: bool = False,
+    ) -> TxMeta:
+        """One tx, as `create_many` of one: its record as created, or its error raised."""
+        (r,) = self.create_many([tx], block_height, mined_block_infos, locked, conflicting, frozen)
+        if isinstance(r, StoreError):
+            raise r
+        assert r is not None
+        return r
 
     def _plan_creates(
         self,

@@ -36,7 +36,7 @@ from chain import Tx, hash_to_hex
 from stores.blob.protocol import BlobNotFound
 from stores.errors import StorageError, StoreError
 from stores.utxo import validate
-from stores.utxo.errors import TxExists
+from stores.utxo.errors import ProcessingError, TxExists
 from stores.utxo.external import ExternalTxs
 from stores.utxo.kernel import create
 from stores.utxo.kernel.record import Record, meta_of
@@ -134,6 +134,17 @@ def options(rec: Record, block_height: int, frozen: bool) -> dict[str, Any]:
         "frozen": frozen,
         "fee": rec.fee,
     }
+
+
+def check_pages_whole(txid: bytes, exist: int, extra: int, still_creating: int) -> None:
+    """The rule for clearing a master's `creating` (both backends' `clear_creating_master`):
+    all `extra` child pages exist and none is still creating; else ProcessingError says what
+    is missing (the caller clears nothing)."""
+    if exist != extra or still_creating:
+        raise ProcessingError(
+            f"tx {hash_to_hex(txid)}: {exist} of {extra} child pages exist, {still_creating} still creating",
+            txid=txid,
+        )
 
 
 def begin_creation(

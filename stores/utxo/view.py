@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from chain import hash_to_hex
+from chain import Tx, hash_to_hex
 from chain.tx import tx_outputs
 from stores.blob.protocol import BlobNotFound
 from stores.errors import StorageError
@@ -27,7 +27,7 @@ from stores.utxo import slots
 from stores.utxo.external import ExternalTxs
 from stores.utxo.kernel.record import Record
 from stores.utxo.sql import codec
-from stores.utxo.values import Utxo
+from stores.utxo.values import Utxo, UtxoStats
 
 VIEW_CHUNK = 1000
 VIEW_BYTES = 4 << 20
@@ -80,6 +80,7 @@ class UtxoView:
     # the backend's: those spenders the store holds mined on the best chain
     _confirming: Callable[[set[bytes]], set[bytes]]
     existing: Callable[[list[bytes]], set[bytes]]
+    block_height: int
 
     def iter_utxos(self, *, confirmed: bool = True, script: bytes | None = None) -> Iterator[Utxo]:
         batch: list[Segment] = []
@@ -92,6 +93,33 @@ class UtxoView:
                 yield from self._emit(batch, confirmed, script, memo)
                 batch, held = [], 0
         yield from self._emit(batch, confirmed, script, memo)
+
+    def stats(self) -> UtxoStats:
+        """The confirmed set's totals, counted over `iter_utxos` (a txid's UTXOs come together,
+        so a change of txid is one more transaction)."""
+        n = sats = txs = 0
+        last = b""
+        for u in self.iter_utxos(confirmed=True):
+            n += 1
+            sats += u.satoshis
+            if u.txid != last:
+                txs += 1
+                last = u.txid
+        return UtxoStats(utxos=n, satoshis=sats, txs=txs, height=self.block_height)
+
+    def _external_tx(self, txid: bytes) -> Tx | None:
+        """An external transaction's bytes, from its blob (which its record names: missing is a
+        StorageError, not "no such tx")."""
+        try:
+            return self.external.get_tx(txid)
+        except BlobNotFound:
+            raise no_blob(txid) from None
+
+    def _external_outputs(self, txid: bytes, vouts: list[int]) -> Outputs:
+        try:
+            return self.external.outputs(txid, vouts)
+        except BlobNotFound:
+            raise no_blob(txid) from None
 
     def _walk_external(self, txid: bytes) -> Iterator[tuple[int, int, bytes]]:
         try:

@@ -37,21 +37,6 @@ NO_HASH = b"\x00" * 32
 
 
 class CreateMixin(PagedMixin, CreatePlanMixin):
-    def create(
-        self,
-        tx: Tx,
-        block_height: int,
-        mined_block_infos: Sequence[BlockInfo] = (),
-        locked: bool = False,
-        conflicting: bool = False,
-        frozen: bool = False,
-    ) -> TxMeta:
-        (r,) = self.create_many([tx], block_height, mined_block_infos, locked, conflicting, frozen)
-        if isinstance(r, StoreError):
-            raise r
-        assert r is not None
-        return r
-
     @gc_paused
     def create_many(
         self,

@@ -30,7 +30,7 @@ from stores.lease import lapsed
 from stores.utxo import slots, twophase, validate
 from stores.utxo.aerospike import codec
 from stores.utxo.aerospike.base import AerospikeBase
-from stores.utxo.errors import ProcessingError, TxNotFound
+from stores.utxo.errors import TxNotFound
 from stores.utxo.kernel.record import Record
 from stores.utxo.values import LOCK_TYPE, CreationLock
 
@@ -215,10 +215,7 @@ class PagedMixin(AerospikeBase):
         pages = self._read_bins([self.key(txid, k) for k in range(1, extra + 1)], ["creating"])
         n = sum(p is not None for p in pages)
         still = sum(p is not None and p.get("creating") == 1 for p in pages)
-        if n != extra or still:
-            raise ProcessingError(
-                f"tx {hash_to_hex(txid)}: {n} of {extra} child pages exist, {still} still creating", txid=txid
-            )
+        twophase.check_pages_whole(txid, n, extra, still)
         res = self.rules.conn.apply(self.key(txid), "clear_creating", [])
         if isinstance(res, dict):
             raise TxNotFound(f"tx {hash_to_hex(txid)} not found", txid=txid)

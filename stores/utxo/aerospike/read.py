@@ -20,7 +20,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from chain import Tx, hash_to_hex, parse_tx
-from stores.blob.protocol import BlobNotFound
 from stores.utxo import slots, validate
 from stores.utxo.aerospike import codec
 from stores.utxo.aerospike.base import BATCH
@@ -29,8 +28,8 @@ from stores.utxo.errors import Outpoint, ProcessingError, TxNotFound
 from stores.utxo.kernel.record import Record, meta_of, spenders
 from stores.utxo.sql import codec as sql_codec
 from stores.utxo.sql.read import FIELDS
-from stores.utxo.values import OutputInfo, Spenders, SpendInfo, Standing, TxMeta, UtxoStats
-from stores.utxo.view import VIEW_BYTES, Outputs, Segment, UtxoView, no_blob, record_outputs
+from stores.utxo.values import OutputInfo, Spenders, SpendInfo, Standing, TxMeta
+from stores.utxo.view import VIEW_BYTES, Outputs, Segment, UtxoView, record_outputs
 
 # record_outputs reads the SQL codec's raw formats: the bins must mean the same by them
 assert (codec.RAW_TX, codec.RAW_OUTPUTS) == (sql_codec.RAW_TX, sql_codec.RAW_OUTPUTS)
@@ -93,18 +92,9 @@ class ReadMixin(CreateMixin, UtxoView):
                 tx = self._external_tx(txid)
         return meta_of(rec, tx)
 
-    def _external_tx(self, txid: bytes) -> Tx | None:
-        try:
-            return self.external.get_tx(txid)
-        except BlobNotFound:
-            raise no_blob(txid) from None
-
     def _outputs_of(self, rec: Record, bins: dict[str, Any], vouts: list[int]) -> Outputs:
         if rec.external:
-            try:
-                return self.external.outputs(rec.txid, vouts)
-            except BlobNotFound:
-                raise no_blob(rec.txid) from None
+            return self._external_outputs(rec.txid, vouts)
         return record_outputs(int(bins.get(codec.RAW_FORMAT) or 0), bins.get(codec.RAW))
 
     # -- which of these txids ---------------------------------------------------------------------
@@ -257,13 +247,3 @@ class ReadMixin(CreateMixin, UtxoView):
         """Those spenders the store holds mined on the best chain (`UtxoView`)."""
         return {t for t, b in self._found(sorted(txids), MINED_BINS).items() if _mined(b)}
 
-    def stats(self) -> UtxoStats:
-        n = sats = txs = 0
-        last = b""
-        for u in self.iter_utxos(confirmed=True):  # one txid's UTXOs come together: count changes
-            n += 1
-            sats += u.satoshis
-            if u.txid != last:
-                txs += 1
-                last = u.txid
-        return UtxoStats(utxos=n, satoshis=sats, txs=txs, height=self.block_height)

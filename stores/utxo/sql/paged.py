@@ -20,7 +20,7 @@ from typing import Any
 
 from chain import hash_to_hex
 from stores.utxo import slots, twophase, validate
-from stores.utxo.errors import ProcessingError, TxNotFound
+from stores.utxo.errors import TxNotFound
 from stores.utxo.kernel.record import Record
 from stores.utxo.sql import codec
 from stores.utxo.sql.locks import LockMixin
@@ -116,11 +116,7 @@ class PagedMixin(LockMixin):
                 self.db.q("SELECT COUNT(*), COALESCE(SUM(creating), 0) FROM tx_pages WHERE txid = ?"), (txid,)
             )
             n, still = cur.fetchone()
-            if n != extra or still:
-                raise ProcessingError(
-                    f"tx {hash_to_hex(txid)}: {n} of {extra} child pages exist, {still} still creating",
-                    txid=txid,
-                )
+            twophase.check_pages_whole(txid, n, extra, still)
             cur.execute(self.db.q("UPDATE txs SET creating = 0 WHERE txid = ?"), (txid,))
             cur.execute(self.db.q("DELETE FROM tx_creations WHERE txid = ?"), (txid,))
             self._index_created(cur, txid)

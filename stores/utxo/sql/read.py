@@ -15,7 +15,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from chain import Tx, hash_to_hex, parse_tx
-from stores.blob.protocol import BlobNotFound
 from stores.utxo import scriptindex, slots, validate
 from stores.utxo.errors import Outpoint, ProcessingError, TxNotFound
 from stores.utxo.kernel import spend
@@ -24,8 +23,8 @@ from stores.utxo.scriptindex import ScriptUtxo
 from stores.utxo.sql import codec
 from stores.utxo.sql.prune import PruneMixin
 from stores.utxo.sql.scriptindex import tail_entries
-from stores.utxo.values import OutputInfo, Spenders, SpendInfo, Standing, TxMeta, UtxoStats
-from stores.utxo.view import Segment, UtxoView, no_blob, record_outputs
+from stores.utxo.values import OutputInfo, Spenders, SpendInfo, Standing, TxMeta
+from stores.utxo.view import Segment, UtxoView, record_outputs
 
 FIELDS = frozenset(TxMeta._fields)
 SELECT_TX = f"SELECT {codec.FULL.select}, raw_format, raw FROM txs"
@@ -53,20 +52,11 @@ class ReadMixin(PruneMixin, UtxoView, scriptindex.ScriptBalance):
                 tx = self._external_tx(txid)
         return meta_of(rec, tx)
 
-    def _external_tx(self, txid: bytes) -> Tx | None:
-        try:
-            return self.external.get_tx(txid)
-        except BlobNotFound:
-            raise no_blob(txid) from None
-
     def _outputs_of(
         self, rec: Record, raw_format: int, raw: bytes | None, vouts: list[int]
     ) -> dict[int, tuple[int, bytes]]:
         if rec.external:
-            try:
-                return self.external.outputs(rec.txid, vouts)
-            except BlobNotFound:
-                raise no_blob(rec.txid) from None
+            return self._external_outputs(rec.txid, vouts)
         return record_outputs(raw_format, raw)
 
     def existing(self, txids: Sequence[bytes], conflicting: bool = False) -> set[bytes]:
@@ -261,13 +251,3 @@ class ReadMixin(PruneMixin, UtxoView, scriptindex.ScriptBalance):
                 out.append(u)
         return out
 
-    def stats(self) -> UtxoStats:
-        n = sats = txs = 0
-        last = b""
-        for u in self.iter_utxos(confirmed=True):  # grouped by record: count txid changes
-            n += 1
-            sats += u.satoshis
-            if u.txid != last:
-                txs += 1
-                last = u.txid
-        return UtxoStats(utxos=n, satoshis=sats, txs=txs, height=self.block_height)
