@@ -34,7 +34,7 @@ from workers.cli.app import BadInput, Context, cli, emit, log
 from workers.cli.progress import Reporter
 from workers.demo.demochain import SNAPSHOT_HASH, SNAPSHOT_HEIGHT, DemoChain, block_hash, generate
 from workers.demo.localredis import Broker, NoRedis, answers, claim_database, free_port, start_private
-from workers.demo.supervisor import Child, Supervisor, sigterm_interrupts
+from workers.demo.supervisor import Child, Supervisor, interrupts, pause
 from workers.settings import mask_url
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout the workers must import this code from
@@ -127,7 +127,7 @@ class Demo:
                 if waiting and time.monotonic() > deadline:
                     w = waiting[0]
                     raise DemoFailed(f"{w.name} not ready after {READY_S:.0f} s (log: {w.log})")
-                time.sleep(0.1)
+                pause(0.1)
 
     def flower_address(self) -> str | None:
         """Flower's address once it listens (it starts alongside the workers; a few seconds)."""
@@ -137,7 +137,7 @@ class Demo:
                 with socket.create_connection(("127.0.0.1", self.flower_port), timeout=1):
                     return f"http://127.0.0.1:{self.flower_port}"
             except OSError:
-                time.sleep(0.2)
+                pause(0.2)
         log(f"warning: Flower is not listening on port {self.flower_port} (see {self.data / 'flower.log'})")
         return None
 
@@ -193,6 +193,7 @@ class Demo:
 
             for raw, b in zip(blocks, parsed):
                 sizes[f"block:{submit_block(raw, svc, b, index=True)}"] = len(b.txs)
+                pause(0)  # (a stop signal noted: acted on between blocks)
                 if time.monotonic() - polled > 0.5:  # the workers are at it already: show it
                     poll()
             while sizes:
@@ -205,7 +206,7 @@ class Demo:
                 if time.monotonic() > deadline:
                     raise DemoFailed(f"{label}: {len(sizes)} of {len(blocks)} blocks not applied after "
                                      f"--timeout {self.timeout:.0f} s (worker logs in {self.data})")
-                time.sleep(0.1)
+                pause(0.1)
         return time.perf_counter() - start
 
     def run(self, blocks: int, txs_per_block: int, keep: bool) -> dict[str, Any]:
@@ -230,6 +231,7 @@ class Demo:
             seconds += self.apply(rep, "apply heavier branch", chain.side, deadline)
             self.expect_tip(chain.tip_hash, "the heavier branch")
         summary = self.check(chain)
+        pause(0)  # (a stop signal noted while checking: no summary of a run the user stopped)
         return {
             "blocks": chain.n_blocks,
             "txs": chain.n_txs,
@@ -353,7 +355,7 @@ def demo_cmd(obj: Context, blocks: int, txs_per_block: int, n_workers: int, data
     summary: dict[str, Any] | None = None
     failed: str | None = None
     code = 0
-    with sigterm_interrupts():
+    with interrupts():
         try:
             summary = demo.run(blocks, txs_per_block, keep)
             if keep:
@@ -362,9 +364,9 @@ def demo_cmd(obj: Context, blocks: int, txs_per_block: int, n_workers: int, data
                     "Ctrl-C stops them. Query with: " + " ".join(
                         f"UTXO_{k.upper()}={v}" for k, v in demo.settings().items()) + " utxo tip")
                 while True:
-                    time.sleep(1)
+                    pause(1)
         except KeyboardInterrupt as e:
-            why = str(e) or "SIGINT"  # SIGTERM's handler names itself; Ctrl-C's says nothing
+            why = str(e) or "SIGINT"  # (the handler names it; a Ctrl-C before it is in place does not)
             if summary is None or not keep:
                 failed, code = f"interrupted ({why})", 130
             log(f"{why}: stopping what it started")

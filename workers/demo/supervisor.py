@@ -11,6 +11,9 @@ Invariants:
   the timeout (a group outlives its leader when the leader dies before its children). On
   Linux a child is also sent SIGKILL by the kernel if the parent dies without stopping it.
 - SIGTERM to the parent behaves as Ctrl-C does (KeyboardInterrupt), so `finally` blocks run.
+- A stop signal is noted as well as raised: Python swallows an exception raised while a
+  finalizer runs (a redis-py pool's `__del__`, printed as "Exception ignored"), so the parent's
+  waits ask `pause`, which raises again what was noted, and a swallowed Ctrl-C still stops it.
 """
 
 from __future__ import annotations
@@ -160,15 +163,33 @@ class Supervisor:
             self.children = [c for c in self.children if c not in todo]
 
 
-def _terminated(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+_noted: list[str] = []  # the stop signals received inside `interrupts`, by name
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    name = signal.Signals(signum).name
+    _noted.append(name)
+    raise KeyboardInterrupt(name)
 
 
 @contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """Inside: SIGTERM raises KeyboardInterrupt, as SIGINT does (so cleanup runs)."""
-    old = signal.signal(signal.SIGTERM, _terminated)
+def interrupts() -> Iterator[None]:
+    """Inside: SIGINT and SIGTERM raise KeyboardInterrupt naming the signal (so cleanup runs),
+    and are noted for `pause` (see the module)."""
+    _noted.clear()
+    old = {s: signal.signal(s, _interrupted) for s in _STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def pause(seconds: float) -> None:
+    """Sleep, unless a stop signal was noted (one whose KeyboardInterrupt may have been
+    swallowed): then raise it again."""
+    if _noted:
+        raise KeyboardInterrupt(_noted[0])
+    time.sleep(seconds)
+    if _noted:
+        raise KeyboardInterrupt(_noted[0])
