@@ -20,7 +20,7 @@ from stores.errors import StorageError
 from stores.state import BlockStatus
 from tasks import Refused
 from workers.chainstate.blockindex import BlockMissing, CorruptBlock, corrupt
-from workers.chainstate.sequencer import ChainBusy, Unfinished
+from workers.chainstate.chainlease import ChainBusy, Unfinished
 from workers.runtime.app import app
 from workers.runtime.services import Services, services
 

@@ -16,7 +16,8 @@ from stores.state import BlockStatus
 from tests.pipeline.chains import confirmed, confirmed_model, script, spend
 from tests.pipeline.world import World
 from workers.chainstate import batch
-from workers.chainstate.sequencer import APPLYING, Sequencer, applying_blocks
+from workers.chainstate.batch import APPLYING, applying_blocks
+from workers.chainstate.sequencer import Sequencer
 
 
 def ready(w: World, n: int, first_fund: int = 1) -> list[bytes]:

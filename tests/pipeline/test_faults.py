@@ -24,7 +24,8 @@ from tests.conftest import PG_ADMIN
 from tests.pipeline.chains import Chain, confirmed_model, funding, outpoints, spend
 from tests.pipeline.workers import Pipeline, children, pipeline_fixture, until  # noqa: F401  (fixture)
 from workers.broker.kombu_fix import DEAD_LETTERS, DEAD_LETTERS_TOTAL
-from workers.chainstate.sequencer import APPLYING, LEASE, applying_blocks
+from workers.chainstate.batch import APPLYING, applying_blocks
+from workers.chainstate.chainlease import LEASE
 
 FUNDS_OUTPUTS = 50  # one record each at UTXO_BATCH_SIZE=50
 

@@ -1,7 +1,8 @@
 """The chain sequencer: applying the best chain, in order, whatever the order blocks arrived in
 (docs/architecture.md, "The chain" and "The pipeline"). Which blocks are known and where they
 stand is the block index's (`workers.chainstate.blockindex`); applying one block is
-`workers.chainstate.blockapply`'s.
+`workers.chainstate.blockapply`'s; the steps that take blocks off the chain are `unwind`'s, and an
+operator's verdicts `verdicts`' (both mixed into the Sequencer, under its lease).
 
 Invariants:
 - Blocks are applied strictly in chain order, one at a time, by whoever holds the chain's
@@ -55,7 +56,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 
-from chain import Block, block_work
+from chain import Block
 from stores.blob.protocol import BlobStore
 from stores.errors import StorageError
 from stores.lease import holder_id
@@ -63,43 +64,33 @@ from stores.sqldb import same_sqlite_file
 from stores.state import BlockChange, BlockEntry, BlockStatus, Commitment, StateStore
 from stores.utxo import UtxoStore
 from workers.chainstate import commitment
-from workers.chainstate.batch import APPLYING, Applied, Batch, applying_blocks, mark
+from workers.chainstate.batch import APPLYING, Applied, Batch, mark
 from workers.chainstate.blockapply import UNSEEN, BlockApplier, BlockRefused
 from workers.chainstate.blockindex import (
     BASE,
-    INDEX_LEASE,
     REBASE,
     SNAPSHOT,
     START_UNKNOWN,
     BlockIndex,
     Blocks,
     CorruptBlock,
-    base_height,
 )
+from workers.chainstate.chainlease import LEASE, ChainBusy, Unfinished
 from workers.chainstate.fanout import Fanout, LocalFanout, settle_block
 from workers.chainstate.pairing import apart
 from workers.chainstate.prepare import EPOCH, Preparer, prepared_for
+from workers.chainstate.unwind import DISCONNECTING, Unwinding
+from workers.chainstate.verdicts import Verdicts
 from workers.ops import activity, metrics
 
 log = logging.getLogger("utxoflow.sequencer")
 
-LEASE = "chain"  # applying the best chain
-DISCONNECTING = "disconnecting"  # state meta: the block being taken off the chain now
-# How long the index lease is waited for (it is held for milliseconds: longer means its holder is
-# stuck): by a block's indexing (then its task is retried), by a rebase (then it fails, retried).
+# How long the index lease is waited for by a block's indexing (it is held for milliseconds:
+# longer means its holder is stuck; the task is then retried).
 INDEX_WAIT_S = 10.0
-REBASE_INDEX_WAIT_S = 30.0
 
 
-class ChainBusy(Exception):
-    """Another worker holds the chain's lease: it applies the chain; try again shortly."""
-
-
-class Unfinished(Exception):
-    """`advance` used up its time budget with blocks still to apply: call it again."""
-
-
-class Sequencer:
+class Sequencer(Verdicts, Unwinding):
     def __init__(
         self,
         utxo: UtxoStore,
@@ -241,68 +232,6 @@ class Sequencer:
             if chain_at_rest(self.state):
                 return tip
 
-    # -- an operator's verdicts (`utxo invalidate`, `utxo reconsider`) --------------------------
-    def invalidate(self, h: bytes, reason: str, wait_s: float = 30.0) -> BlockEntry:
-        """Refuse block `h` and every descendant, as Bitcoin Core's invalidateblock: an applied
-        one is first taken off the chain with every block above it (a reorg down to its parent),
-        under the chain's lease (ChainBusy after `wait_s`). KeyError: not known; ValueError: it
-        cannot be (the snapshot's block, or deeper below the tip than the retention)."""
-        with self.lease(wait_s=wait_s) as mine:
-            if not mine:
-                raise ChainBusy()
-            self._take_back_unfinished()
-            self._rebase(lambda: None)
-            e = self.state.get_block(h)
-            if e is None:
-                raise KeyError(h)
-            if e.status is BlockStatus.APPLIED:
-                tip = self.state.tip()
-                assert tip is not None and tip.height is not None and e.height is not None
-                base = self.index.base()
-                if e.reason == SNAPSHOT or (base is not None and base.hash == e.hash):
-                    raise ValueError(f"block {h[::-1].hex()} is the chain's base: there is nothing below "
-                                     "it to go back to")
-                depth = tip.height - e.height + 1
-                if self.retention and depth > self.retention:
-                    raise ValueError(f"block {h[::-1].hex()} is {depth} blocks below the tip, deeper than "
-                                     f"the retention ({self.retention}): records it needs may be pruned")
-                a: BlockEntry | None = tip
-                while a is not None and a.status is BlockStatus.APPLIED:  # the tip first, down to e
-                    self._renew()
-                    self._disconnect(a)
-                    a = None if a.hash == h else self.state.get_block(a.parent)
-                e = self.state.get_block(h)
-                assert e is not None
-            self._invalidate(e, reason, logged=False)
-            out = self.state.get_block(h)
-            assert out is not None
-            return out
-
-    def reconsider(self, h: bytes, wait_s: float = 30.0) -> list[BlockEntry]:
-        """Clear block `h` of its verdict, as Bitcoin Core's reconsiderblock: it, its invalid
-        ancestors and their invalid descendants are placed again (`BlockIndex.reconsidered`),
-        to be applied (and checked again) when they are the best chain's; under the chain's
-        lease. The blocks placed, as they now stand. KeyError: not known."""
-        with self.lease(wait_s=wait_s) as mine:
-            if not mine:
-                raise ChainBusy()
-            e = self.state.get_block(h)
-            if e is None:
-                raise KeyError(h)
-            root = e
-            while root.status is BlockStatus.INVALID:
-                p = self.state.get_block(root.parent)
-                if p is None or p.status is not BlockStatus.INVALID:
-                    break
-                root = p
-            if root.status is not BlockStatus.INVALID:
-                return []
-            changes = self.index.reconsidered(root)
-            self.state.commit(blocks=changes)
-            self.state.forget_refusals([f"block:{c.hash[::-1].hex()}" for c in changes])
-        placed = [self.state.get_block(c.hash) for c in changes]
-        return [b for b in placed if b is not None]
-
     def _pass(self, check_budget: Callable[[], None]) -> BlockEntry | None:
         """Under the lease: finish what a dead worker left, rebase, then apply the best chain."""
         self._take_back_unfinished()
@@ -364,47 +293,9 @@ class Sequencer:
         up.reverse()
         return down, up
 
-    def _invalidate_below(self, bad: BlockEntry) -> None:
-        """Descendants of an invalid block that are not marked so yet (indexed while it was
-        being refused) are invalid."""
-        changes = self.index.rederive(bad, lambda e: e.status is not BlockStatus.INVALID)
-        self.state.commit(blocks=changes)
-        self._settled.update(c.hash for c in changes)
-
-    def _orphan_below(self, e: BlockEntry) -> None:
-        changes = self.index.rederive(e, lambda k: k.status is not BlockStatus.ORPHAN)
-        self.state.commit(blocks=changes)
-        self._settled.update(c.hash for c in changes)
-
     def _renew(self) -> None:
         if not self.state.acquire_lease(LEASE, self.holder, self.lease_s):
             raise StorageError("the chain lease was lost: another worker applies the chain now")
-
-    def _take_back_unfinished(self) -> None:
-        """A worker died while disconnecting a block (the `disconnecting` mark names it): finish
-        that. One died while applying a block (the `applying` mark): take back what it did,
-        whether or not that block is still on the best chain. Before anything else."""
-        d = self.state.get_meta(DISCONNECTING)
-        if d is not None:
-            e = self.state.get_block(bytes.fromhex(d))
-            if e is not None and e.status is BlockStatus.APPLIED:
-                log.warning("finishing the disconnection of block %s, left half done", e.hash[::-1].hex())
-                self._disconnect(e)
-            else:
-                self.state.commit(meta={DISCONNECTING: None})
-        marked = applying_blocks(self.state)
-        if not marked:
-            return
-        self._forget()
-        for k in reversed(range(len(marked))):  # the last applied first: each on what was before it
-            block_hash = marked[k]
-            undo = self.state.get_undo(block_hash)
-            if undo is not None and undo.get("state") == "applying":
-                log.warning("taking back block %s, left half applied", block_hash[::-1].hex())
-                settle_block(self.state, block_hash, self.lease_s)  # its units: none may still write
-                self.applier.rollback(self.load(block_hash), undo)
-                self.state.commit(undo={block_hash: None}, meta={APPLYING: mark(marked[:k])})
-        self.state.commit(meta={APPLYING: None})
 
     def _apply(self, e: BlockEntry, batch: Batch) -> bool:
         """Apply one block of the best chain (in `batch`: its state-store step is committed
@@ -542,110 +433,6 @@ class Sequencer:
         self._last = None
         self.applier.coins.clear()
 
-    def _disconnect(self, e: BlockEntry) -> None:
-        """A reorg takes this applied block off the best chain: its transactions stay, unmined."""
-        assert e.height is not None
-        self._forget()
-        block = self.load(e.hash)
-        # from here on it is finished; preparers' reads from now on are thrown away
-        self.state.commit(meta={DISCONNECTING: e.hash.hex(), **self._bump_epoch()})
-        self.applier.disconnect(block, e.height, e.block_id)
-        self._off_chain(e, meta={DISCONNECTING: None})
-        log.info("disconnected block %s at height %d", block.hash_hex, e.height,
-                 extra={"block": block.hash_hex, "height": e.height, "phase": "disconnected"})
-
-    def _take_back(self, e: BlockEntry) -> None:
-        """Take an applied block back whole, by its undo record (its new records deleted, its
-        spends cleared), as if it had never been applied; the tip goes to its parent. Without
-        an undo record (deleted below the retention) only its mining is unset."""
-        undo = self.state.get_undo(e.hash)
-        if undo is None:
-            self._disconnect(e)
-            return
-        self._forget()
-        self.applier.rollback(self.load(e.hash), undo)
-        self._off_chain(e)
-
-    def _off_chain(self, e: BlockEntry, meta: dict[str, str | None] | None = None) -> None:
-        """Commit `e` off the chain (its UTXO part done): side, its undo record gone, the tip at
-        its parent if that is applied (the base has none); `meta` in the same commit."""
-        p = self.state.get_block(e.parent)
-        below = p.hash if p is not None and p.status is BlockStatus.APPLIED else None
-        self.state.commit(
-            blocks=[BlockChange(e.hash, status=BlockStatus.SIDE)],
-            tip=below,
-            undo={e.hash: None},
-            meta=meta or {},
-        )
-        metrics.block_disconnected()
-
-    def _invalidate(self, e: BlockEntry, reason: str, logged: bool = True) -> None:
-        """Refuse a block: it and every descendant are invalid (one commit), nothing of it stays;
-        `logged`: in the refusal log too (not an operator's own verdict, `invalidate`)."""
-        log.warning("block %s is invalid: %s", e.hash[::-1].hex(), reason,
-                    extra={"block": e.hash[::-1].hex(), "height": e.height, "phase": "refused"})
-        bad = BlockEntry(
-            e.hash, e.parent, e.height, e.work, BlockStatus.INVALID, reason, e.block_id, e.seq, e.n_txs
-        )
-        changes = [
-            BlockChange(e.hash, status=BlockStatus.INVALID, reason=reason),
-            *self.index.rederive(bad, lambda k: k.status is not BlockStatus.INVALID),
-        ]
-        self.state.commit(blocks=changes, undo={e.hash: None}, meta={APPLYING: None}, deltas={e.hash: None})
-        if logged:
-            hexed = e.hash[::-1].hex()
-            self.state.note_refusal(f"block:{hexed}", "block", hexed, reason)  # (before its message goes)
-        self._settled.update(c.hash for c in changes)
-        metrics.blocks_refused(len(changes))
-
-    def _rebase(self, check_budget: Callable[[], None]) -> None:
-        """Carry out a rebase the index noted (see the invariants)."""
-        if self.state.get_meta(REBASE) is None:
-            return
-        tip = self.state.tip()
-        if tip is not None and tip.reason != SNAPSHOT:  # blocks leave the chain: preparers' reads go
-            self.state.commit(meta=self._bump_epoch())
-        while tip is not None and tip.reason != SNAPSHOT:
-            self._renew()
-            self._take_back(tip)
-            check_budget()
-            tip = self.state.tip()
-        # the heights change under the index's feet; the holder waits for the index lease rather
-        # than leave the pass (the worker indexing would leave its block to this pass)
-        with self.lease(INDEX_LEASE, 30.0, REBASE_INDEX_WAIT_S) as mine:
-            if not mine:
-                raise StorageError("the index lease has been held for too long: the chain waits")
-            root = self.index.rebase_root()  # (ancestors that arrived since the note count)
-            if root is None:
-                self.state.commit(meta={REBASE: None})
-                return
-            root_hash = root.hash
-            block = self.load(root_hash)
-            reason = self.blocks.check(block)
-            status = BlockStatus.INVALID if reason else BlockStatus.PENDING
-            work = 0 if reason else block_work(block.header.bits)
-            change = BlockChange(
-                root_hash, status=status, reason=reason or "", height=base_height(block), work=work
-            )
-            now = BlockEntry(
-                root.hash,
-                root.parent,
-                change.height,
-                work,
-                status,
-                reason,
-                root.block_id,
-                root.seq,
-                root.n_txs,
-            )
-            self.state.commit(
-                blocks=[change, *self.index.rederive(now)], meta={BASE: root_hash.hex(), REBASE: None}
-            )
-        log.warning(
-            "block %s is the chain's base now (height %d): the chain is applied again from it",
-            root_hash[::-1].hex(),
-            change.height or 0,
-        )
 
 
 def chain_at_rest(state: StateStore) -> bool:

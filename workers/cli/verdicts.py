@@ -39,7 +39,7 @@ def _block_hash(text: str) -> bytes:
 def _refusing(block_hash: str, done: str, wait_s: float) -> Iterator[None]:
     """What a verdict's errors say (see the invariants): an unknown block or one that cannot be
     `done` is bad input; a chain held all along is exit 1."""
-    from workers.chainstate.sequencer import ChainBusy
+    from workers.chainstate.chainlease import ChainBusy
 
     try:
         yield

@@ -60,7 +60,8 @@ def _line(e: BaseException) -> str:
 
 def _from_state(state: StateStore) -> dict[str, Any]:
     from workers.chainstate.batch import APPLYING
-    from workers.chainstate.sequencer import DISCONNECTING, LEASE
+    from workers.chainstate.chainlease import LEASE
+    from workers.chainstate.unwind import DISCONNECTING
     from workers.recovery.leader import shown_leader
 
     tip = state.tip()

@@ -136,7 +136,8 @@ class RecoveryManager:
             return {"failed": f"{type(e).__name__}: {e}"}
 
     def _chain(self) -> dict[str, Any]:
-        from workers.chainstate.sequencer import LEASE, resume_message
+        from workers.chainstate.chainlease import LEASE
+        from workers.chainstate.sequencer import resume_message
         from workers.runtime.ingest import BLOCK_TASK
 
         holder = self.state.lease_holder(LEASE)
