@@ -18,10 +18,10 @@ from celery import Task
 from chain import hex_to_hash
 from stores.errors import StorageError
 from stores.state import BlockStatus
-from tasks import Refused
 from workers.chainstate.blockindex import BlockMissing, CorruptBlock, corrupt
 from workers.chainstate.chainlease import ChainBusy, Unfinished
 from workers.runtime.app import app
+from workers.runtime.outcome import Refused
 from workers.runtime.services import Services, services
 
 log = logging.getLogger("utxoflow.tasks")

@@ -11,10 +11,10 @@ from chain import hex_to_hash, parse_tx
 from stores.blob.protocol import blob_key
 from stores.errors import StorageError
 from stores.utxo import UtxoError
-from tasks import Refused
 from workers.chainstate.mempool import apply_tx, rival, waiting_for_parents
 from workers.ops import activity, metrics
 from workers.runtime.app import app
+from workers.runtime.outcome import Refused
 from workers.runtime.services import services
 
 log = logging.getLogger("utxoflow.tasks")

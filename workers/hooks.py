@@ -126,8 +126,8 @@ def count_retry(reason: Any = None, **_: Any) -> None:
 
 @task_failure.connect
 def count_failure(exception: Any = None, **_: Any) -> None:
-    from tasks import Refused
     from workers.ops import metrics
+    from workers.runtime.outcome import Refused
 
     # (a refusal is the task's verdict, counted with the blocks or transactions refused)
     if isinstance(exception, BaseException) and not isinstance(exception, Refused):

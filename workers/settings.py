@@ -26,6 +26,8 @@ from stores.utxo.factory import default_batch_size
 
 ENV_PREFIX = "UTXO_"
 ENV_FILE = ".env"
+# The broker's queues (celeryconfig.py routes the tasks to them; `utxo status` counts them)
+QUEUES = ("blocks", "txs", "prune", "recovery")
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}

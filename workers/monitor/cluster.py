@@ -15,16 +15,14 @@ from typing import Any
 
 import redis
 
-import celeryconfig
 from stores.sqldb import mask_url
 from stores.state import BlockStatus, StateStore, open_state_store
 from stores.state.prunejobs import PENDING, RUNNING
 from workers.broker.kombu_fix import DEAD_LETTERS, DEAD_LETTERS_TOTAL
 from workers.broker.runs import is_redis
 from workers.recovery.liveness import ALIVE, TAKEN, UNACKED, queue_keys
-from workers.settings import Settings
+from workers.settings import QUEUES, Settings
 
-QUEUES = tuple(q.name for q in celeryconfig.task_queues)
 REFUSALS_SHOWN = 5  # `utxo status`: the last refused blocks and transactions shown
 
 
