@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from kombu import Queue
 
-from workers.settings import QUEUES, load_settings
+from workers.settings import QUEUES as _QUEUES
+from workers.settings import load_settings
 
 _settings = load_settings()
 
@@ -29,7 +30,7 @@ result_serializer = "json"
 accept_content = ["json"]
 event_serializer = "json"
 
-task_queues = [Queue(name) for name in QUEUES]
+task_queues = [Queue(name) for name in _QUEUES]
 task_default_queue = "txs"
 task_routes = {
     "utxoflow.block.*": {"queue": "blocks"},

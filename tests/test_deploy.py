@@ -22,6 +22,7 @@ import yaml
 
 import celeryconfig
 from stores.utxo.aerospike.client import parse_url
+from tests.conftest import ROOT
 from workers.cli import cli
 from workers.settings import Settings, env_name, load_settings
 
@@ -95,6 +96,25 @@ def readme_commands() -> Iterator[tuple[bool, list[str]]]:
             yield False, shlex.split(line, comments=True)
     for span in re.findall(r"`([^`\n]+)`", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)):
         yield True, shlex.split(span)
+
+
+def test_celery_finds_the_app_by_its_contract_name() -> None:
+    """`celery -A workers.app worker` works too (CONTRACT.md): that name loads the app the
+    workers run, with every task of the pipeline and the worker's hooks."""
+    import sys
+
+    code = ("import json; from workers.app import app; app.loader.import_default_modules(); "
+            "print(json.dumps(sorted(t for t in app.tasks if t.startswith('utxoflow.'))))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [
+        "utxoflow.block.arrived", "utxoflow.chunk.create", "utxoflow.chunk.mine", "utxoflow.chunk.spend",
+        "utxoflow.prune.chunk", "utxoflow.prune.run", "utxoflow.recovery.handle", "utxoflow.recovery.requeue",
+        "utxoflow.tx.arrived",
+    ]
+    r = subprocess.run([sys.executable, "-m", "celery", "-A", "workers.app", "report"], capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0 and "transport:redis" in r.stdout, r.stdout + r.stderr
 
 
 def test_every_utxo_variable_is_a_setting() -> None:

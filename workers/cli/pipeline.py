@@ -45,7 +45,7 @@ REFUSALS_LISTED = 20  # `utxo wait`: refusals listed on stdout (all are counted)
 def worker_cmd(obj: Context, queues: str, concurrency: int, loglevel: str, name: str | None,
                prefetch: int, metrics_port: int | None) -> None:
     """A Celery worker of this app. It opens each store before it takes a message (a store
-    that cannot work: exit 2); `celery -A workers.runtime.app worker` runs the same worker without that
+    that cannot work: exit 2); `celery -A workers.app worker` runs the same worker without that
     check. Exit status: 0 after SIGTERM (a warm shutdown), 1 after an unrecoverable error or
     SIGINT/SIGQUIT."""
     if metrics_port is not None:

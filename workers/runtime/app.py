@@ -1,5 +1,5 @@
-"""The Celery app (`celery -A workers.runtime.app worker` works, as does `utxo worker`): its configuration,
-kombu's fix, and JSON logs. What a worker does at its signals is `workers.hooks`."""
+"""The Celery app (`celery -A workers.app worker` works, as does `utxo worker`: `workers/app.py`):
+its configuration, kombu's fix, and JSON logs. What a worker does at its signals is `workers.hooks`."""
 
 from __future__ import annotations
 
