@@ -117,6 +117,26 @@ def test_celery_finds_the_app_by_its_contract_name() -> None:
     assert r.returncode == 0 and "transport:redis" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("rogue", ["celeryconfig.py", "tasks.py"])
+def test_a_module_of_the_same_name_where_a_worker_starts_is_refused(tmp_path: Path, rogue: str) -> None:
+    """`celeryconfig` and `tasks` are names other projects use too, and Celery puts the directory
+    a worker starts in first on sys.path: another `celeryconfig.py` there would configure the
+    worker silently (here: another broker). The worker refuses to start instead, in one line
+    naming the file, exit 2."""
+    import os
+    import sys
+
+    (tmp_path / rogue).write_text('broker_url = "redis://elsewhere.invalid:1/0"\n')
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "UTXO_STORE_WAIT": "0"}
+    r = subprocess.run([sys.executable, "-m", "workers.cli", "worker", "-n", "rogue@test"], env=env,
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"utxo: error: the module {rogue[:-3]!r} Python finds first is {tmp_path.resolve() / rogue}, "
+        f"not utxoflow's (in {ROOT}): start from another directory, or rename that module"
+    ], r.stderr
+
+
 def test_every_utxo_variable_is_a_setting() -> None:
     used: set[str] = set()
     for p in DEPLOY.rglob("*"):
