@@ -1,4 +1,8 @@
-"""Transaction tasks (queue `txs`): mempool transactions, created and spent as unmined."""
+"""Transaction tasks (queue `txs`): mempool transactions, created and spent as unmined: one by
+one (`utxoflow.tx.arrived`: a message sent again, the recovery manager's) or a batch of them
+(`utxoflow.txs.arrived`: what `utxo enqueue tx` sends). Each transaction keeps its own message id
+in the registry, so `utxo wait`, the refusal log and the recovery manager see transactions, not
+batches."""
 
 from __future__ import annotations
 
@@ -10,8 +14,9 @@ from celery import Task
 from chain import hex_to_hash, parse_tx
 from stores.blob.protocol import blob_key
 from stores.errors import StorageError
+from stores.state import PendingDone
 from stores.utxo import UtxoError
-from workers.chainstate.mempool import apply_tx, rival, waiting_for_parents
+from workers.chainstate.mempool import apply_tx, apply_txs, rival, waiting_for_parents
 from workers.ops import activity, metrics
 from workers.runtime.app import app
 from workers.runtime.outcome import Refused
@@ -49,3 +54,55 @@ def tx_arrived(self: Task, txid: str, ident: str) -> dict[str, Any]:
     else:
         metrics.mempool_tx("known")
     return {"txid": txid, "status": "accepted"}
+
+
+@app.task(name="utxoflow.txs.arrived", bind=True, max_retries=None, throws=(Refused,))
+def txs_arrived(self: Task, txids: list[str], idents: list[str]) -> dict[str, Any]:
+    """A batch of transactions (`workers.chainstate.mempool.apply_txs`: parents in the batch
+    first). Those that are done (accepted, known, refused for good) leave the registry in one
+    write; those whose parents are not in the store yet are retried as a smaller batch, within
+    the bound a single tx has, then reported. The task ends as Refused when any was refused
+    (each with its reason in the refusal log and the log), so Flower shows the batch failed."""
+    if not isinstance(txids, list) or not isinstance(idents, list) or len(txids) != len(idents):
+        raise Refused(f"a batch of txs needs as many message ids as txids: {len(txids)} and {len(idents)}")
+    try:
+        svc = services()  # (first call in a process: opens the stores, which may fail)
+        txs = [parse_tx(svc.blobs.get(blob_key(hex_to_hash(t), "tx"))) for t in txids]
+        answers = apply_txs(svc.utxo, txs)
+    except StorageError as e:
+        log.warning("a batch of %d txs: %s (will retry)", len(txids), e)
+        raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
+    done: list[PendingDone] = []
+    waiting: list[int] = []
+    refused: list[str] = []
+    made = known = 0
+    last_try = self.request.retries >= PARENT_RETRIES
+    for k, (txid, ident, answer) in enumerate(zip(txids, idents, answers)):
+        if isinstance(answer, UtxoError):
+            if waiting_for_parents(answer) and not last_try:
+                waiting.append(k)
+                continue
+            log.warning("tx %s rejected: %s", txid, answer)
+            done.append(PendingDone(ident, refused=(str(answer), rival(answer))))
+            refused.append(f"{txid}: {answer}")
+        else:
+            done.append(PendingDone(ident, accepted=True))
+            made, known = made + bool(answer), known + (not answer)
+    try:
+        svc.registry.done_many(done)
+    except StorageError as e:  # the batch again: every step of it is idempotent
+        log.warning("a batch of %d txs: %s (will retry)", len(txids), e)
+        raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
+    metrics.mempool_tx("accepted", made)
+    metrics.mempool_tx("known", known)
+    metrics.mempool_tx("rejected", len(refused))
+    metrics.mempool_tx("waiting", len(waiting))
+    if made:
+        activity.note("mempool_txs", made)
+    if waiting:  # a smaller batch: only those whose parents are not there yet
+        raise self.retry(args=[[txids[k] for k in waiting], [idents[k] for k in waiting]],
+                         countdown=min(0.5 * 2 ** self.request.retries, 30))
+    if refused:
+        raise Refused(f"{len(refused)} of {len(txids)} txs rejected: " + "; ".join(refused[:3])
+                      + (" …" if len(refused) > 3 else ""))
+    return {"txs": len(txids), "accepted": made, "known": known}

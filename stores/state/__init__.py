@@ -10,6 +10,7 @@ from stores.state.protocol import (
     BlockEntry,
     BlockStatus,
     Commitment,
+    PendingDone,
     PendingEntry,
     PreparedDelta,
     Refusal,
@@ -18,6 +19,6 @@ from stores.state.protocol import (
 from stores.state.prunejobs import PruneJob, Requested
 
 __all__ = [
-    "KEEP", "PENDING_KINDS", "BlockChange", "BlockEntry", "BlockStatus", "Commitment", "PendingEntry",
-    "PreparedDelta", "PruneJob", "Refusal", "Requested", "StateStore", "open_state_store",
+    "KEEP", "PENDING_KINDS", "BlockChange", "BlockEntry", "BlockStatus", "Commitment", "PendingDone",
+    "PendingEntry", "PreparedDelta", "PruneJob", "Refusal", "Requested", "StateStore", "open_state_store",
 ]

@@ -14,10 +14,11 @@ Invariants:
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from stores.sqldb import Database, chunks, increasing_key
-from stores.state.protocol import PENDING_KINDS, PendingEntry
+from stores.state.protocol import PENDING_KINDS, PendingDone, PendingEntry
 from stores.state.recovery import insert_sql
 from stores.state.refusals import forget_refusal, note_refusal
 
@@ -57,8 +58,12 @@ class PendingTable:
     db: Database
 
     def add_pending(self, ident: str, kind: str, key: str, broker_run: str) -> None:
-        if kind not in PENDING_KINDS:
-            raise ValueError(f"pending kind must be one of {PENDING_KINDS}, got {kind!r}")
+        self.add_pending_many([(ident, kind, key)], broker_run)
+
+    def add_pending_many(self, entries: Sequence[tuple[str, str, str]], broker_run: str) -> None:
+        for _ident, kind, _key in entries:
+            if kind not in PENDING_KINDS:
+                raise ValueError(f"pending kind must be one of {PENDING_KINDS}, got {kind!r}")
         now = _now_ms()
         sql = self.db.q(
             f"INSERT INTO pending ({COLS.replace('seq, ', '')}) VALUES (?, ?, ?, ?, ?, ?, 1) "
@@ -68,9 +73,11 @@ class PendingTable:
         recover = insert_sql(self.db)
 
         def unit(cur: Any) -> None:
-            cur.execute(sql, (ident, kind, key, now, now, broker_run))
-            if kind == "tx":  # a mempool tx is followed until it is mined (workers/recovery)
-                cur.execute(recover, (ident, kind, key, now))
+            cur.executemany(sql, [(ident, kind, key, now, now, broker_run) for ident, kind, key in entries])
+            # a mempool tx is followed until it is mined (workers/recovery)
+            txs = [(ident, kind, key, now) for ident, kind, key in entries if kind == "tx"]
+            if txs:
+                cur.executemany(recover, txs)
 
         # upserts: a connection lost in its COMMIT is tried again too (at worst a send counted twice)
         self.db.write("add pending", unit, idempotent=True)
@@ -78,17 +85,23 @@ class PendingTable:
     def remove_pending(
         self, ident: str, accepted: bool = False, refused: tuple[str, str | None] | None = None
     ) -> None:
+        self.remove_pending_many([PendingDone(ident, accepted, refused)])
+
+    def remove_pending_many(self, done: Sequence[PendingDone]) -> None:
         sql = self.db.q("DELETE FROM pending WHERE ident = ?")
         note = self.db.q("UPDATE recovery SET accepted = 1 WHERE ident = ?")
 
         def unit(cur: Any) -> None:
-            cur.execute(sql, (ident,))
+            cur.executemany(sql, [(d.ident,) for d in done])
+            accepted = [(d.ident,) for d in done if d.accepted]
             if accepted:
-                cur.execute(note, (ident,))
-                forget_refusal(self.db, cur, ident)
-            elif refused is not None:
-                kind, _, key = ident.partition(":")
-                note_refusal(self.db, cur, ident, kind, key, *refused)
+                cur.executemany(note, accepted)
+            for d in done:
+                if d.accepted:
+                    forget_refusal(self.db, cur, d.ident)
+                elif d.refused is not None:
+                    kind, _, key = d.ident.partition(":")
+                    note_refusal(self.db, cur, d.ident, kind, key, *d.refused)
 
         # deletes, a flag set and a refusal replaced: running it twice is running it once, so a
         # connection lost in its COMMIT is tried again (a `utxo wait` settling blocks meets that)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from chain import hash_to_hex
 from stores.state.chunks import Unit, UnitState
@@ -112,6 +112,15 @@ class PendingEntry:
     sent_at: float  # seconds since the epoch: last (re-)sent
     broker_run: str  # the broker's identity when last sent ("" unknown): a new one lost the queue
     sends: int  # how many times it has been sent
+
+
+class PendingDone(NamedTuple):
+    """A message finished for good (`remove_pending_many`): with `accepted`, its tx's record was
+    made; with `refused` (reason, rival txid or None), it was refused."""
+
+    ident: str
+    accepted: bool = False
+    refused: tuple[str, str | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +232,9 @@ class StateStore(Protocol):
         pending keeps its place and enqueued time; its sent time, run and count are updated.
         A tx also gets its recovery entry (`recovery_add`), in the same transaction."""
 
+    def add_pending_many(self, entries: Sequence[tuple[str, str, str]], broker_run: str) -> None:
+        """`add_pending` of each (ident, kind, key), in one transaction (a batch of messages)."""
+
     def remove_pending(
         self, ident: str, accepted: bool = False, refused: tuple[str, str | None] | None = None
     ) -> None:
@@ -231,6 +243,9 @@ class StateStore(Protocol):
         transaction (from then on the record's absence means it was removed), and an earlier
         refusal of it forgotten; with `refused` (reason, rival), it was refused: logged in the
         same transaction (stores/state/refusals.py)."""
+
+    def remove_pending_many(self, done: Sequence[PendingDone]) -> None:
+        """`remove_pending` of each, in one transaction (a batch of transactions finished)."""
 
     def refusals(self, idents: Sequence[str]) -> dict[str, Refusal]:
         """The logged refusals of these message ids (those refused)."""

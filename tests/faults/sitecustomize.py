@@ -5,7 +5,7 @@ is imported. No production module reads a test's environment.
 
 - UTXOFLOW_TEST_PARK=POINT (and UTXOFLOW_TEST_PARK_FILE=PATH): the process parks at POINT —
   writes "PID POINT" to PATH, then sleeps until it is killed:
-  `tx_spent` (a mempool tx's spend made, its record not yet: `workers.chainstate.mempool.make_record`),
+  `tx_spent` (mempool txs spent, their records not made yet: `workers.chainstate.mempool.make_records`),
   `conflict_swap` (a swap's tx marked conflicting, its spends still held: `Conflicts._mark`),
   `recovery_handle` (a recovery claim taken, not handled: `workers.recovery.handlers.handle`),
   `block_received` (a block message taken, not noted as this worker's: the task_received hook),
@@ -59,7 +59,7 @@ def after(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _mempool(m: ModuleType) -> None:
-    m.make_record = before(m.make_record)
+    m.make_records = before(m.make_records)
 
 
 def _conflicts(m: ModuleType) -> None:

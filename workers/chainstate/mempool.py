@@ -30,9 +30,12 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from chain import Tx, hash_to_hex
 from stores.errors import StoreError
 from stores.utxo import (
+    Spenders,
     SpendRejected,
     TxConflicting,
     TxExists,
@@ -51,11 +54,59 @@ def apply_tx(utxo: UtxoStore, tx: Tx) -> UtxoError | bool:
     twice). A refusal for good frees what an attempt of it that died left, and holds the
     inputs of its record where there is one (see the module). Raises StorageError when the
     store fails (nothing is then known)."""
+    return apply_txs(utxo, [tx])[0]
+
+
+def apply_txs(utxo: UtxoStore, txs: Sequence[Tx]) -> list[UtxoError | bool]:
+    """`apply_tx` of each of `txs` (a batch: `utxoflow.txs.arrived`), its answer in their order,
+    with a store call per step for the whole batch instead of per tx. A parent in the batch goes
+    first: the batch is taken in generations (`generations`), each spent in one call, then its
+    records made in one, then their inputs read in one, so each tx's record is there before its
+    children spend from it, and its inputs are read after its record is made, as for one tx. A
+    tx listed twice is applied once (the second answer: False, it was there)."""
     height = utxo.current_height()  # unmined since the tip; it spends as the next block would
-    (spent,) = utxo.spend_many([tx], height + 1) if not tx.is_coinbase else ([],)
-    if isinstance(spent, UtxoError):
-        return spent if waiting_for_parents(spent) else _refused(utxo, tx, height, spent)
-    return make_record(utxo, tx, height)
+    out: dict[bytes, UtxoError | bool] = {}
+    for gen in generations(list({t.txid: t for t in txs}.values())):
+        spending = [t for t in gen if not t.is_coinbase]
+        ready = [t for t in gen if t.is_coinbase]
+        for t, spent in zip(spending, utxo.spend_many(spending, height + 1) if spending else []):
+            if isinstance(spent, UtxoError):
+                out[t.txid] = spent if waiting_for_parents(spent) else _refused(utxo, t, height, spent)
+            else:
+                ready.append(t)
+        if ready:
+            out.update(make_records(utxo, ready, height))
+    seen: set[bytes] = set()
+    answers: list[UtxoError | bool] = []
+    for t in txs:
+        answers.append(False if t.txid in seen and out[t.txid] is True else out[t.txid])
+        seen.add(t.txid)
+    return answers
+
+
+def generations(txs: Sequence[Tx]) -> list[list[Tx]]:
+    """`txs` (distinct) in generations: the first holds those with no parent among them, each next
+    one those whose parents among them are all in earlier ones; order kept within each."""
+    ids = {t.txid for t in txs}
+    depth: dict[bytes, int] = {}
+    left = list(txs)
+    while left:  # a pass places every tx whose parents are placed (a parent listed first: at once)
+        later = []
+        for t in left:
+            parents = [i.prev_txid for i in t.inputs if i.prev_txid in ids]
+            if all(p in depth for p in parents):
+                depth[t.txid] = 1 + max((depth[p] for p in parents), default=-1)
+            else:
+                later.append(t)
+        if len(later) == len(left):  # (parents in a loop: txids are hashes, so never; kept last)
+            top = max(depth.values(), default=-1) + 1
+            depth.update((t.txid, top) for t in later)
+            break
+        left = later
+    out: list[list[Tx]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+    for t in txs:
+        out[depth[t.txid]].append(t)
+    return out
 
 
 def _refused(utxo: UtxoStore, tx: Tx, height: int, refusal: UtxoError) -> UtxoError:
@@ -93,11 +144,35 @@ def give_up(utxo: UtxoStore, tx: Tx, refusal: UtxoError) -> None:
 def make_record(utxo: UtxoStore, tx: Tx, height: int) -> UtxoError | bool:
     """The second half of `apply_tx`, its inputs spent: create the record, then make sure the
     tx holds its inputs (`hold_inputs`): its refusal when it lost one."""
-    (made,) = utxo.create_many([tx], height)
-    if isinstance(made, StoreError) and not isinstance(made, TxExists):
-        raise made
-    lost = hold_inputs(utxo, tx, height)
-    return lost if lost is not None else not isinstance(made, TxExists)
+    return make_records(utxo, [tx], height)[tx.txid]
+
+
+def make_records(utxo: UtxoStore, txs: Sequence[Tx], height: int) -> dict[bytes, UtxoError | bool]:
+    """`make_record` of each of `txs` (distinct, their inputs spent), a store call per step: the
+    records made in one, then every input read in one; only a tx that lost an input there, or
+    whose parent is conflicting, goes on to `hold_inputs` by itself."""
+    if not txs:
+        return {}
+    made = utxo.create_many(txs, height, meta=False)
+    for m in made:
+        if isinstance(m, StoreError) and not isinstance(m, TxExists):
+            raise m
+    held = utxo.spenders([(i.prev_txid, i.prev_vout) for t in txs if not t.is_coinbase for i in t.inputs])
+    out: dict[bytes, UtxoError | bool] = {}
+    for t, m in zip(txs, made):
+        lost = None
+        if not t.is_coinbase and _may_have_lost(t, held):
+            lost = hold_inputs(utxo, t, height)
+        out[t.txid] = lost if lost is not None else not isinstance(m, TxExists)
+    return out
+
+
+def _may_have_lost(tx: Tx, held: Spenders) -> bool:
+    """What `hold_inputs` looks for, in a read made after `tx`'s record: an input held by another
+    tx, or a parent that is conflicting."""
+    # (an outpoint not there: its parent was mined and pruned since, no loss; one unspent: freed)
+    return any(((i.prev_txid, i.prev_vout) in held and held[(i.prev_txid, i.prev_vout)] != tx.txid)
+               or i.prev_txid in held.conflicting for i in tx.inputs)
 
 
 def hold_inputs(utxo: UtxoStore, tx: Tx, height: int) -> UtxoError | None:

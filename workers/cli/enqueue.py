@@ -59,9 +59,10 @@ def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
     """Binary or hex blocks, or Bitcoin Core blk*.dat files (any network magic); - is stdin."""
     from workers.runtime.ingest import read_blocks, submit_block
 
-    def one(svc: Services, block: CheckedBlock) -> dict[str, Any]:
+    def one(svc: Services, blocks: list[CheckedBlock]) -> list[dict[str, Any]]:
+        (block,) = blocks
         submit_block(block.raw, svc, block)
-        return {"enqueued": "block", "hash": block.hash_hex, "txs": block.n_txs}
+        return [{"enqueued": "block", "hash": block.hash_hex, "txs": block.n_txs}]
 
     def joins(svc: Services, blocks: list[CheckedBlock]) -> None:
         _check_joins(svc.utxo.snapshot_block(), blocks)
@@ -76,14 +77,15 @@ def enqueue_block(obj: Context, files: tuple[str, ...]) -> None:
 @click.argument("files", nargs=-1, required=True, metavar="FILE…")
 @click.pass_obj
 def enqueue_tx(obj: Context, files: tuple[str, ...]) -> None:
-    """A binary transaction per file, or hex transactions one per line (standard or BIP-239)."""
-    from workers.runtime.ingest import read_txs, submit_tx
+    """A binary transaction per file, or hex transactions one per line (standard or BIP-239).
+    They go in batches, a message each (a worker applies a batch with one store call per step),
+    in the order given: a parent before its children."""
+    from workers.runtime.ingest import TX_BATCH, read_txs, submit_txs
 
-    def one(svc: Services, tx: Tx) -> dict[str, Any]:
-        submit_tx(tx.serialize(extended=True) if tx.is_extended else tx.raw, svc)
-        return {"enqueued": "tx", "txid": tx.txid_hex}
+    def batch(svc: Services, txs: list[Tx]) -> list[dict[str, Any]]:
+        return [{"enqueued": "tx", "txid": t} for t in submit_txs(txs, svc)]
 
-    _enqueue(obj, files, read_txs, "txs", "transactions", one)
+    _enqueue(obj, files, read_txs, "txs", "transactions", batch, size=TX_BATCH)
 
 
 def _enqueue(
@@ -92,12 +94,14 @@ def _enqueue(
     read: Callable[[bytes, str], list[T]],
     unit: str,
     what: str,
-    send: Callable[[Services, T], dict[str, Any]],
+    send: Callable[[Services, list[T]], list[dict[str, Any]]],
     check: Callable[[Services, list[T]], None] | None = None,
+    size: int = 1,
 ) -> None:
     """Everything read and checked first — the files, the broker URL, what the store can tell
-    (`check`), the broker answering — and only then each item sent, its JSON line on stdout once
-    sent, with progress on stderr; a broker that fails part-way says how far the input got."""
+    (`check`), the broker answering — and only then the items sent, `size` at a time, each
+    item's JSON line on stdout once sent, with progress on stderr; a broker that fails
+    part-way says how far the input got."""
     from workers.runtime.services import services
 
     _export(obj)
@@ -108,11 +112,13 @@ def _enqueue(
         check(svc, items)
     _check_broker(obj)
     with Reporter() as rep, rep.step(f"enqueue {unit}", len(items), unit) as advance:
-        for k, item in enumerate(items):
+        for k in range(0, len(items), size):
+            part = items[k:k + size]
             with _broker_errors(obj, k, len(items), what):
-                line = send(svc, item)
-            emit(line)
-            advance(1)
+                lines = send(svc, part)
+            for line in lines:
+                emit(line)
+            advance(len(part))
 
 
 def _check_joins(snapshot: tuple[int, bytes] | None, blocks: list[CheckedBlock]) -> None:

@@ -144,8 +144,9 @@ def block_disconnected() -> None:
 
 
 @_quietly
-def mempool_tx(outcome: str) -> None:
-    MEMPOOL_TXS.labels(outcome).inc()
+def mempool_tx(outcome: str, n: int = 1) -> None:
+    if n:
+        MEMPOOL_TXS.labels(outcome).inc(n)
     if outcome == "accepted":
         TXS_APPLIED.labels("mempool").inc()
 

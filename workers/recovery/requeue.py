@@ -28,15 +28,16 @@ from functools import partial
 from typing import Any
 
 from stores.errors import StorageError
-from stores.state import StateStore
+from stores.state import PendingEntry, StateStore
 from workers.broker.runs import BrokerUnreachable
-from workers.runtime.ingest import TASKS, publish_known
+from workers.runtime.ingest import TASKS, TX_BATCH, publish_known, publish_txs
 from workers.runtime.services import Services
 
 log = logging.getLogger("utxoflow.requeue")
 BATCH = 500  # entries claimed per round: one write transaction each, however many are due
 
 Publish = Callable[[str, str, str], None]  # (task, its argument, the message id)
+PublishTxs = Callable[[list[str], list[str]], None]  # (txids, their message ids): one batch message
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,30 +57,37 @@ class RequeueReport:
 
 
 def requeue(
-    state: StateStore, broker_run: str | None, after_s: float, publish: Publish, batch: int = BATCH
+    state: StateStore, broker_run: str | None, after_s: float, publish: Publish, batch: int = BATCH,
+    publish_txs: PublishTxs | None = None, tx_batch: int = TX_BATCH,
 ) -> RequeueReport:
-    """Claim every due entry, a batch at a time, and send its message again. A send that fails
-    ends the scan: that entry and the rest of its batch are unclaimed (reported as failed)."""
+    """Claim every due entry, a batch at a time, and send its message again: each block's alone,
+    and, with `publish_txs`, consecutive transactions together, `tx_batch` to a message (a burst
+    lost with the broker goes back at the speed it came). A send that fails ends the scan: its
+    entries and the rest of the claimed batch are unclaimed (reported as failed)."""
     lost = stale = failed = 0
     cursor = 0
     while True:
         # on in registration order: an entry claimed by this scan is not taken twice, even with
         # an `after_s` so short that it is due again before the scan ends
         claimed = state.claim_pending(broker_run, after_s, batch, after=cursor)
-        for i, e in enumerate(claimed):
+        i = 0
+        while i < len(claimed):
+            group = _group(claimed, i, tx_batch if publish_txs is not None else 1)
             try:
-                publish(TASKS[e.kind], e.key, e.ident)
+                if publish_txs is not None and group[0].kind == "tx":
+                    publish_txs([e.key for e in group], [e.ident for e in group])
+                else:
+                    publish(TASKS[group[0].kind], group[0].key, group[0].ident)
             except Exception as err:  # the broker went away again: the next scan goes on
                 failed = len(claimed) - i
                 state.unclaim_pending([c.ident for c in claimed[i:]])
                 log.warning("re-sending stopped after %d: %s; %d left for the next scan",
                             lost + stale, err, failed)
                 break
-            cursor = e.seq
-            if broker_run is not None and e.broker_run != broker_run:
-                lost += 1
-            else:
-                stale += 1
+            i += len(group)
+            cursor = group[-1].seq
+            was_lost = sum(broker_run is not None and e.broker_run != broker_run for e in group)
+            lost, stale = lost + was_lost, stale + len(group) - was_lost
         if failed or len(claimed) < batch:
             break
     report = RequeueReport(broker_run, lost, stale, failed)
@@ -89,13 +97,24 @@ def requeue(
     return report
 
 
+def _group(claimed: list[PendingEntry], i: int, most: int) -> list[PendingEntry]:
+    """The entries sent in one message from `claimed[i]` on: a block alone; consecutive
+    transactions, `most` at the most."""
+    if claimed[i].kind != "tx":
+        return [claimed[i]]
+    j = i + 1
+    while j < len(claimed) and j - i < most and claimed[j].kind == "tx":
+        j += 1
+    return claimed[i:j]
+
+
 def scan(svc: Services) -> dict[str, Any]:
     """One scan with a process's services (what the task runs): the report, or why it was
     skipped (the broker or the state store did not answer; the next scan tries again)."""
     try:
         run = svc.registry.broker.current(fresh=True) if svc.registry.broker else None
         send = partial(publish_known, svc.state)
-        return requeue(svc.state, run, svc.settings.requeue_after, send).to_json()
+        return requeue(svc.state, run, svc.settings.requeue_after, send, publish_txs=publish_txs).to_json()
     except (BrokerUnreachable, StorageError) as e:
         log.warning("re-sending scan skipped: %s", e)
         return {"skipped": str(e)}

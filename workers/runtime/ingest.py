@@ -24,7 +24,7 @@ import logging
 import re
 import string
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -49,6 +49,8 @@ from workers.runtime.services import Services, services
 log = logging.getLogger("utxoflow.ingest")
 BLOCK_TASK = "utxoflow.block.arrived"
 TX_TASK = "utxoflow.tx.arrived"
+TXS_TASK = "utxoflow.txs.arrived"  # a batch of transactions, each its own message id
+TX_BATCH = 250  # transactions per message `utxo enqueue tx` sends
 TASKS = {"block": BLOCK_TASK, "tx": TX_TASK}  # a pending entry's kind → the task of its message
 _SPACE = b" \t\r\n"
 _HEX = string.hexdigits.encode() + _SPACE
@@ -325,11 +327,39 @@ def _index(svc: Services, block: Block | CheckedBlock) -> None:
         log.warning("block %s: not indexed ahead of its task (%s)", block.hash_hex, e)
 
 
+def submit_txs(txs: Sequence[Tx], svc: Services | None = None) -> list[str]:
+    """Store and enqueue `txs` as one message (`utxoflow.txs.arrived`), each registered under
+    its own id first, in one write; their txids (display hex), in their order. A parent goes
+    before its children in a batch (the worker applies the batch in generations)."""
+    svc = svc or services()
+    for tx in txs:
+        _keep_tx(svc, tx)
+    txids = [tx.txid_hex for tx in txs]
+    idents = [f"tx:{t}" for t in txids]
+    svc.registry.add_many(idents)
+    publish_txs(txids, idents)
+    return txids
+
+
+def publish_txs(txids: list[str], idents: list[str]) -> None:
+    """Send one message for transactions registered under `idents` (`utxoflow.txs.arrived`;
+    also what workers/recovery/requeue.py sends again). Flower shows how many and the first."""
+    from workers.runtime.app import app
+
+    app.send_task(TXS_TASK, args=[txids, idents], task_id=f"txs-{len(txids)}-{uuid.uuid4().hex[:12]}",
+                  argsrepr=f"[{len(txids)} txs: {txids[0]!r}…]")
+
+
 def submit_tx(raw: bytes | Tx, svc: Services | None = None) -> str:
     """Store (extended if it is) and enqueue one transaction; returns its txid (display hex)."""
     svc = svc or services()
     tx = parse_tx(raw) if isinstance(raw, bytes) else raw
-    data = tx.serialize(extended=True) if tx.is_extended else tx.raw
-    svc.blobs.put_if_absent(blob_key(tx.txid, "tx"), data)
+    _keep_tx(svc, tx)
     send(TX_TASK, tx.txid_hex, f"tx:{tx.txid_hex}", svc)
     return tx.txid_hex
+
+
+def _keep_tx(svc: Services, tx: Tx) -> None:
+    """The tx's bytes in the blob store, extended if they were (its task reads them there)."""
+    data = tx.serialize(extended=True) if tx.is_extended else tx.raw
+    svc.blobs.put_if_absent(blob_key(tx.txid, "tx"), data)

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from chain import hex_to_hash
-from stores.state import PENDING_KINDS, BlockEntry, BlockStatus, Refusal, StateStore
+from stores.state import PENDING_KINDS, BlockEntry, BlockStatus, PendingDone, Refusal, StateStore
 from workers.broker.runs import BrokerRun
 
 FINAL = {"applied", "side", "invalid", "orphan"}  # block statuses no pass of the chain changes
@@ -50,6 +50,17 @@ class Registry:
         """Register `ident` before its message is sent, with the broker run it is sent under."""
         kind, key = parse_ident(ident)
         self.state.add_pending(ident, kind, key, self.broker.known() if self.broker else "")
+
+    def add_many(self, idents: Sequence[str]) -> None:
+        """`add` of each, in one write (a batch of messages about to be sent)."""
+        entries = [(ident, *parse_ident(ident)) for ident in idents]
+        if entries:
+            self.state.add_pending_many(entries, self.broker.known() if self.broker else "")
+
+    def done_many(self, done: Sequence[PendingDone]) -> None:
+        """`done` of each, in one write (a batch of transactions finished)."""
+        if done:
+            self.state.remove_pending_many(done)
 
     def done(self, ident: str, accepted: bool = False, refused: tuple[str, str | None] | None = None) -> None:
         """`ident`'s task finished for good; `accepted`: its tx's record was made (noted for
