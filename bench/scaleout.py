@@ -11,8 +11,9 @@ wait`, over a chain from regtest's genesis whose spends reach across the whole U
   line), then `utxo wait`. `tx_per_s` counts every transaction, coinbases included.
 - `--flow mempool` (Teranode's shape): the setup blocks (coinbases maturing, fan-outs) first,
   untimed; then the main blocks' transactions as `utxo enqueue tx FILE` and `utxo wait` (the tx
-  phase, `tx_phase_tx_per_s`), then the main blocks (`block_phase_tx_per_s`, which then mostly
-  mark transactions mined); `tx_per_s` is over both phases.
+  phase, `tx_phase_tx_per_s`; `enqueue_tx_cpu_ms_per_tx`: the enqueue command's own CPU per
+  transaction), then the main blocks (`block_phase_tx_per_s`, which then mostly mark
+  transactions mined); `tx_per_s` is over both phases.
 - Per run: tx/s, the speedup over the first N of the round, the CPU seconds of the worker
   processes (main and pool children) per 1,000 txs, the cores the whole host kept busy (all its
   CPU time over the wall time: workers, Redis, the database server, the CLI), peak worker RSS,
@@ -41,6 +42,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -89,6 +91,7 @@ class Run:
     phases: dict[str, float]  # mempool flow: seconds of the tx phase and the block phase
     check: dict[str, Any]
     quarters: list[float]  # tx/s of each quarter of the main blocks (see the module)
+    enqueue_cpu_ms_per_tx: float | None = None  # mempool flow: `utxo enqueue tx`'s own CPU
 
     def row(self) -> dict[str, Any]:
         out = {
@@ -105,6 +108,8 @@ class Run:
             out["flatness"] = round(self.quarters[-1] / self.quarters[0], 3)
         for name, (secs, n) in self.phases_with_counts().items():
             out[f"{name}_tx_per_s"] = round(n / secs)
+        if self.enqueue_cpu_ms_per_tx is not None:
+            out["enqueue_tx_cpu_ms_per_tx"] = round(self.enqueue_cpu_ms_per_tx, 4)
         if not self.check["ok"]:
             out["check"] = self.check
         return out
@@ -174,8 +179,11 @@ def run_once(
                     _cli(env, tmp, "wait", "--timeout", str(STAGE_TIMEOUT_S))
                 cpu0, host0 = sum(cpu_s(p.pid) for p in procs), host_cpu_s()
                 t0 = time.perf_counter()
+                enqueue_cpu = None
                 if args.flow == "mempool":
+                    before = children_cpu_s()
                     _cli(env, tmp, "enqueue", "tx", str(files["txs"]))
+                    enqueue_cpu = (children_cpu_s() - before) * 1000 / len(chain.tx_raws)
                     _cli(env, tmp, "wait", "--timeout", str(STAGE_TIMEOUT_S))
                     t1 = time.perf_counter()
                     _cli(env, tmp, "enqueue", "block", str(files["main"]))
@@ -194,7 +202,13 @@ def run_once(
                 quarters = quarter_rates(chain, logs) if args.flow == "blocks" else []
         finally:
             claimed.release()
-    return Run(n_workers, elapsed, txs, cpu, host, peak, phases, verdict, quarters)
+    return Run(n_workers, elapsed, txs, cpu, host, peak, phases, verdict, quarters, enqueue_cpu)
+
+
+def children_cpu_s() -> float:
+    """CPU seconds of this process's children that have ended (a `utxo` command once it returned)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 _APPLIED_TEXT = re.compile(

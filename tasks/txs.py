@@ -11,8 +11,8 @@ from typing import Any
 
 from celery import Task
 
-from chain import hex_to_hash, parse_tx
-from stores.blob.protocol import blob_key
+from chain import ParseError, Tx, hex_to_hash, parse_tx
+from stores.blob.protocol import BlobNotFound, blob_key
 from stores.errors import StorageError
 from stores.state import PendingDone
 from stores.utxo import UtxoError
@@ -66,9 +66,23 @@ def txs_arrived(self: Task, txids: list[str], idents: list[str]) -> dict[str, An
     if not isinstance(txids, list) or not isinstance(idents, list) or len(txids) != len(idents):
         raise Refused(f"a batch of txs needs as many message ids as txids: {len(txids)} and {len(idents)}")
     try:
+        keys = [hex_to_hash(t) for t in txids]
+    except (TypeError, ValueError) as e:
+        raise Refused(f"a batch of txs names a txid that is not one: {e}") from None
+    try:
         svc = services()  # (first call in a process: opens the stores, which may fail)
-        txs = [parse_tx(svc.blobs.get(blob_key(hex_to_hash(t), "tx"))) for t in txids]
-        answers = apply_txs(svc.utxo, txs)
+        unread: dict[int, str] = {}  # a tx whose stored bytes are gone or bad: refused alone
+        txs: list[Tx] = []
+        for k, key in enumerate(keys):
+            try:
+                txs.append(parse_tx(svc.blobs.get(blob_key(key, "tx"))))
+            except BlobNotFound:
+                unread[k] = "its bytes are not in the blob store: enqueue it again"
+            except ParseError as e:
+                unread[k] = f"its stored bytes are not a transaction ({e}): enqueue it again"
+        applied = iter(apply_txs(svc.utxo, txs))
+        answers: list[UtxoError | bool | str] = [unread[k] if k in unread else next(applied)
+                                                for k in range(len(keys))]
     except StorageError as e:
         log.warning("a batch of %d txs: %s (will retry)", len(txids), e)
         raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
@@ -78,7 +92,11 @@ def txs_arrived(self: Task, txids: list[str], idents: list[str]) -> dict[str, An
     made = known = 0
     last_try = self.request.retries >= PARENT_RETRIES
     for k, (txid, ident, answer) in enumerate(zip(txids, idents, answers)):
-        if isinstance(answer, UtxoError):
+        if isinstance(answer, str):
+            log.warning("tx %s rejected: %s", txid, answer)
+            done.append(PendingDone(ident, refused=(answer, None)))
+            refused.append(f"{txid}: {answer}")
+        elif isinstance(answer, UtxoError):
             if waiting_for_parents(answer) and not last_try:
                 waiting.append(k)
                 continue

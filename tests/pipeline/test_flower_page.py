@@ -362,7 +362,7 @@ def test_flower_pages_show_the_workers_and_their_tasks_in_a_browser(
     # The task history, filled by AJAX once per load: the tasks that ran, by name — searched
     # for by name (the page's own ?name=), as other tasks (recovery scans, block-phase helpers)
     # could push them off the first page.
-    for task in ("utxoflow.block.arrived", "utxoflow.tx.arrived"):
+    for task in ("utxoflow.block.arrived", "utxoflow.txs.arrived"):
         def ran(task: str = task) -> str:
             # A row per task: its name, state and worker among the cells (whatever their order).
             rows = browser.rows("#tasks-table tbody tr")

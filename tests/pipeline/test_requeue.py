@@ -60,6 +60,33 @@ def test_lost_messages_are_sent_again_once(state: StateStore) -> None:
     assert {e.ident for e in state.pending()} == {"block:aa", "tx:bb", "tx:cc"}  # only tasks remove
 
 
+def test_lost_txs_are_sent_again_in_batches(state: StateStore) -> None:
+    """With a batch publisher, consecutive txs go in one message each `tx_batch` of them, in
+    registration order; a block between them goes alone (and ends a batch); a batch whose send
+    fails is left, with the rest, for the next scan."""
+    idents = [f"tx:{k:04x}" for k in range(7)] + ["block:aa"] + [f"tx:{k:04x}" for k in range(7, 9)]
+    for ident in idents:
+        add(state, ident, OLD)
+    singles, batches = Recorder(), []
+    report = requeue(state, RUN, 3600, singles, publish_txs=lambda keys, ids: batches.append(ids), tx_batch=3)
+    assert singles.sent == [(BLOCK_TASK, "aa", "block:aa")]
+    assert batches == [idents[0:3], idents[3:6], idents[6:7], idents[8:10]]
+    assert (report.lost, report.failed) == (10, 0)
+
+    for ident in idents:  # lost again; the second batch's send fails
+        add(state, ident, "run-gone")
+    sent: list[list[str]] = []
+
+    def flaky(keys: list[str], ids: list[str]) -> None:
+        if sent:
+            raise ConnectionError("the broker went away")
+        sent.append(ids)
+
+    report = requeue(state, RUN, 3600, Recorder(), publish_txs=flaky, tx_batch=3)
+    assert sent == [idents[0:3]] and (report.lost, report.failed) == (3, 7)
+    assert requeue(state, RUN, 3600, Recorder(), publish_txs=lambda k, i: None, tx_batch=3).lost == 7
+
+
 def test_messages_pending_too_long_are_sent_again(state: StateStore) -> None:
     add(state, "tx:aa", RUN)
     time.sleep(0.25)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from chain import Tx
+from stores.blob.protocol import blob_key
 from stores.utxo import SpendRejected, TxNotFound, UtxoSpent, UtxoStore, open_utxo_store
 from tests.aerospike_server import drop_set, needs_aerospike, new_url
 from tests.pipeline.chains import funding, seed, spend
@@ -266,6 +267,34 @@ def test_a_burst_spreads_over_the_workers(pipeline: Pipeline) -> None:
     assert out["refused"] == n_refused >= len(b.rivals) > 50, out
     for name in ("w1", "w2"):  # both took batches (each ends Refused: it held a double spend)
         assert "Task utxoflow.txs.arrived[txs-" in pipeline.log(name), pipeline.log(name)
+
+
+@pytest.mark.timeout(120)
+def test_a_tx_whose_stored_bytes_are_gone_or_bad_is_refused_alone(pipeline: Pipeline) -> None:
+    """In a batch of five, one tx's bytes are deleted from the blob store and another's are
+    garbage: those two are refused, each saying so (enqueue it again); the other three are
+    accepted; the batch is not retried for ever over them."""
+    funds = funding(5)
+    pipeline.seed(funds)
+    txs = [spend((f, 0)) for f in funds]
+    pipeline.enqueue("tx", [t.raw for t in txs])
+    blobs = tmp_blobs(pipeline)
+    (blobs / blob_key(txs[1].txid, "tx")).unlink()
+    (blobs / blob_key(txs[3].txid, "tx")).write_bytes(b"not a transaction")
+    pipeline.start_worker("w1")
+    out = pipeline.wait(60, refused=2)
+    reasons = {r["key"]: r["reason"] for r in out["refusals"]}
+    assert "not in the blob store" in reasons[txs[1].txid_hex], out
+    assert "not a transaction" in reasons[txs[3].txid_hex], out
+    store = pipeline.open_utxo()
+    try:
+        assert store.existing([t.txid for t in txs]) == {txs[k].txid for k in (0, 2, 4)}
+    finally:
+        store.close()
+
+
+def tmp_blobs(pipeline: Pipeline) -> Path:
+    return Path(pipeline.env["UTXO_BLOB_URL"].removeprefix("file://"))
 
 
 @pytest.mark.timeout(240)

@@ -145,10 +145,11 @@ def block_disconnected() -> None:
 
 @_quietly
 def mempool_tx(outcome: str, n: int = 1) -> None:
-    if n:
-        MEMPOOL_TXS.labels(outcome).inc(n)
+    if not n:
+        return
+    MEMPOOL_TXS.labels(outcome).inc(n)
     if outcome == "accepted":
-        TXS_APPLIED.labels("mempool").inc()
+        TXS_APPLIED.labels("mempool").inc(n)
 
 
 @_quietly

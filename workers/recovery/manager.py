@@ -242,9 +242,10 @@ class RecoveryManager:
 def broker_requeue(state: StateStore, broker: BrokerRun, after_s: float) -> Callable[[], dict[str, Any]]:
     """The re-sending scan of workers/recovery/requeue.py, as a manager's step."""
     from workers.recovery.requeue import requeue
-    from workers.runtime.ingest import publish_known
+    from workers.runtime.ingest import publish_known, publish_txs
 
     def step() -> dict[str, Any]:
-        return requeue(state, broker.current(fresh=True), after_s, partial(publish_known, state)).to_json()
+        send = partial(publish_known, state)
+        return requeue(state, broker.current(fresh=True), after_s, send, publish_txs=publish_txs).to_json()
 
     return step

@@ -64,7 +64,7 @@ def requeue(
     and, with `publish_txs`, consecutive transactions together, `tx_batch` to a message (a burst
     lost with the broker goes back at the speed it came). A send that fails ends the scan: its
     entries and the rest of the claimed batch are unclaimed (reported as failed)."""
-    lost = stale = failed = 0
+    lost = stale = failed = messages = 0
     cursor = 0
     while True:
         # on in registration order: an entry claimed by this scan is not taken twice, even with
@@ -85,6 +85,7 @@ def requeue(
                             lost + stale, err, failed)
                 break
             i += len(group)
+            messages += 1
             cursor = group[-1].seq
             was_lost = sum(broker_run is not None and e.broker_run != broker_run for e in group)
             lost, stale = lost + was_lost, stale + len(group) - was_lost
@@ -92,8 +93,8 @@ def requeue(
             break
     report = RequeueReport(broker_run, lost, stale, failed)
     if report.resent:
-        log.warning("re-sent %d message(s): %d lost with an earlier broker run, %d pending longer than "
-                    "%.0f s", report.resent, lost, stale, after_s)
+        log.warning("re-sent %d pending id(s) in %d message(s): %d lost with an earlier broker run, %d "
+                    "pending longer than %.0f s", report.resent, messages, lost, stale, after_s)
     return report
 
 
