@@ -12,14 +12,28 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 from stores.blob.protocol import BlobNotFound, check_key
 from stores.errors import StorageError
 
 PREFIX = "file://"
 MARKS = ".dah"
+FLUSH_THREADS = 16  # disk flushes in flight at once in `put_many_if_absent`
+
+
+class _Temp(NamedTuple):
+    """A blob written to its temporary file, not linked to its key yet."""
+
+    pos: int  # in the call's items
+    key: str
+    path: Path  # the key's
+    tmp: str
+    fd: int
 
 
 class FileBlobStore:
@@ -70,6 +84,66 @@ class FileBlobStore:
                     pass
                 except OSError as e:  # the blob itself is whole; a stray temp file is harmless
                     raise self._fail(key, "remove a temporary file", e) from e
+
+    def put_many_if_absent(self, items: Sequence[tuple[str, bytes]]) -> list[bool]:
+        """As `put_if_absent` for each, its disk flushes overlapped: every temporary file is
+        written, then all are flushed at once (threads: the filesystem commits them together),
+        then each is linked to its key, then each directory that got a link is flushed once."""
+        out = [False] * len(items)
+        temps: list[_Temp] = []
+        try:
+            for i, (key, data) in enumerate(items):
+                path = self._path(key)
+                if path.exists():
+                    continue
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+                    temps.append(_Temp(i, key, path, tmp, fd))
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                except OSError as e:
+                    raise self._fail(key, "write", e) from e
+            self._overlapped([(t.key, partial(os.fsync, t.fd)) for t in temps], "flush")
+            dirs: dict[Path, str] = {}
+            for t in temps:
+                try:
+                    os.link(t.tmp, t.path)
+                except FileExistsError:
+                    continue
+                except OSError as e:
+                    raise self._fail(t.key, "write", e) from e
+                out[t.pos] = True
+                dirs.setdefault(t.path.parent, t.key)
+            self._overlapped([(key, partial(_fsync_dir, d)) for d, key in dirs.items()], "publish")
+            return out
+        finally:
+            for t in temps:
+                try:
+                    os.close(t.fd)
+                    os.unlink(t.tmp)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:  # the blobs themselves are whole; a stray temp file is harmless
+                    raise self._fail(t.key, "remove a temporary file", e) from e
+
+    def _overlapped(self, calls: list[tuple[str, Callable[[], None]]], action: str) -> None:
+        """Each (key, call), overlapped in threads (a flush waits on the disk, not the CPU); an
+        OSError is the StorageError naming its key."""
+
+        def one(call: tuple[str, Callable[[], None]]) -> None:
+            try:
+                call[1]()
+            except OSError as e:
+                raise self._fail(call[0], action, e) from e
+
+        if len(calls) < 2:
+            for c in calls:
+                one(c)
+            return
+        with ThreadPoolExecutor(max_workers=min(FLUSH_THREADS, len(calls))) as pool:
+            list(pool.map(one, calls))
 
     def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         path = self._path(key)

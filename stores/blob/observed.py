@@ -4,7 +4,7 @@ there (`BlobNotFound`) is an answer."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from stores.blob.protocol import BlobNotFound, BlobStore
@@ -50,6 +50,9 @@ class ObservedBlobStore:
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         return bool(self._call("put", self.inner.put_if_absent, key, data))
+
+    def put_many_if_absent(self, items: Sequence[tuple[str, bytes]]) -> list[bool]:
+        return list(self._call("put", self.inner.put_many_if_absent, items))
 
     def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         return bytes(self._call("get", self.inner.get, key, start, end))

@@ -12,7 +12,7 @@ Invariants every backend keeps (the conformance suite in tests/blobs checks each
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from chain import hash_to_hex
@@ -51,6 +51,12 @@ class BlobStore(Protocol):
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Store `data` under `key` unless something is there: True if this call wrote it."""
+
+    def put_many_if_absent(self, items: Sequence[tuple[str, bytes]]) -> list[bool]:
+        """`put_if_absent` of each (key, data), in their order, as one call whose writes may
+        overlap (a batch of transactions): each keeps the single call's guarantees, and every
+        blob this call wrote is durable when it returns. A failure is a StorageError naming a
+        key; every other blob of the call is then whole under its key or absent (call again)."""
 
     def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         """The blob, or bytes [start, end) of it; BlobNotFound if absent."""

@@ -12,7 +12,8 @@ Credentials come the boto3 way (environment, config files, instance roles).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -25,6 +26,7 @@ from stores.blob.protocol import BlobNotFound, check_key
 from stores.errors import StorageError
 
 DAH_TAG = "delete_at_height"
+PUT_THREADS = 16  # PUTs in flight at once in `put_many_if_absent` (a round trip each)
 _MISSING = {"404", "NoSuchKey", "NotFound"}
 
 
@@ -89,6 +91,13 @@ class S3BlobStore:
             except BotoCoreError as e:
                 raise self._fail(key, "write", e) from e
         raise AssertionError("unreachable")
+
+    def put_many_if_absent(self, items: Sequence[tuple[str, bytes]]) -> list[bool]:
+        # boto3's client is thread-safe: the PUTs overlap, each conditional as `put_if_absent`'s
+        if len(items) < 2:
+            return [self.put_if_absent(k, d) for k, d in items]
+        with ThreadPoolExecutor(max_workers=min(PUT_THREADS, len(items))) as pool:
+            return list(pool.map(lambda item: self.put_if_absent(*item), items))
 
     def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         k = self._key(key)

@@ -21,6 +21,23 @@ def test_put_get_and_never_overwrite(blobs: BlobStore) -> None:
     assert blobs.exists("ab/one.tx") and not blobs.exists("ab/two.tx")
 
 
+def test_many_at_once_as_one_at_a_time(blobs: BlobStore) -> None:
+    """`put_many_if_absent`: each item as `put_if_absent` would, in their order — a key already
+    there is left as it was (False), a new one written (True), a key twice in one call written
+    once — and every blob readable whole once it returns."""
+    assert blobs.put_many_if_absent([]) == []
+    blobs.put_if_absent("m0/old.tx", b"old")
+    items = [(f"m{k % 3}/{k:04x}.tx", bytes([k % 256]) * (k + 1)) for k in range(40)]
+    twice = [("m1/twice.tx", b"a"), ("m1/twice.tx", b"b")]
+    got = blobs.put_many_if_absent([("m0/old.tx", b"new"), *items, *twice])
+    assert got[:41] == [False] + [True] * 40
+    assert sorted(got[41:]) == [False, True]  # (which of the two: the backend's race)
+    assert blobs.get("m0/old.tx") == b"old"
+    assert all(blobs.get(k) == d for k, d in items)
+    assert blobs.get("m1/twice.tx") in (b"a", b"b")
+    assert blobs.put_many_if_absent(items[:3]) == [False] * 3
+
+
 def test_ranged_reads(blobs: BlobStore) -> None:
     blobs.put_if_absent("r.block", bytes(range(100)))
     assert blobs.get("r.block", 10, 20) == bytes(range(10, 20))
@@ -122,6 +139,7 @@ def test_a_server_that_is_down_is_a_storage_error_naming_the_key() -> None:
     store = open_blob_store(f"s3://utxoflow-down/p?endpoint_url=http://127.0.0.1:{port}&region=us-east-1")
     for call in (
         lambda: store.put_if_absent("ab/k.tx", b"x"),
+        lambda: store.put_many_if_absent([("ab/k.tx", b"x"), ("ab/l.tx", b"y")]),
         lambda: store.get("ab/k.tx"),
         lambda: store.exists("ab/k.tx"),
     ):
@@ -134,6 +152,11 @@ def test_an_unwritable_directory_is_a_storage_error_naming_the_key(tmp_path: Pat
     (tmp_path / "blobs" / "ab").write_bytes(b"a file where a directory must go")
     with pytest.raises(StorageError, match=r"ab/k\.tx"):
         store.put_if_absent("ab/k.tx", b"x")
+    with pytest.raises(StorageError, match=r"ab/k\.tx"):  # many at once: the others whole or absent
+        store.put_many_if_absent([("cd/j.tx", b"w"), ("ab/k.tx", b"x"), ("ef/m.tx", b"z")])
+    assert not store.exists("cd/j.tx") or store.get("cd/j.tx") == b"w"
+    assert not any(p.name.startswith(".tmp") for p in (tmp_path / "blobs").rglob("*"))  # none left
+    assert store.put_many_if_absent([("cd/j.tx", b"w"), ("ef/m.tx", b"z")]) in ([True, True], [False, True])
 
 
 _DISK_FULL = """

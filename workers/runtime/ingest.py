@@ -332,8 +332,7 @@ def submit_txs(txs: Sequence[Tx], svc: Services | None = None) -> list[str]:
     its own id first, in one write; their txids (display hex), in their order. A parent goes
     before its children in a batch (the worker applies the batch in generations)."""
     svc = svc or services()
-    for tx in txs:
-        _keep_tx(svc, tx)
+    svc.blobs.put_many_if_absent([_tx_blob(tx) for tx in txs])  # (durable before any message)
     txids = [tx.txid_hex for tx in txs]
     idents = [f"tx:{t}" for t in txids]
     svc.registry.add_many(idents)
@@ -360,6 +359,10 @@ def submit_tx(raw: bytes | Tx, svc: Services | None = None) -> str:
 
 
 def _keep_tx(svc: Services, tx: Tx) -> None:
-    """The tx's bytes in the blob store, extended if they were (its task reads them there)."""
-    data = tx.serialize(extended=True) if tx.is_extended else tx.raw
-    svc.blobs.put_if_absent(blob_key(tx.txid, "tx"), data)
+    """The tx's bytes in the blob store (its task reads them there)."""
+    svc.blobs.put_if_absent(*_tx_blob(tx))
+
+
+def _tx_blob(tx: Tx) -> tuple[str, bytes]:
+    """(key, bytes) of a tx's blob: extended if they were."""
+    return blob_key(tx.txid, "tx"), tx.serialize(extended=True) if tx.is_extended else tx.raw
