@@ -110,7 +110,7 @@ def test_celery_finds_the_app_by_its_contract_name() -> None:
     assert json.loads(r.stdout) == [
         "utxoflow.block.arrived", "utxoflow.chunk.create", "utxoflow.chunk.mine", "utxoflow.chunk.spend",
         "utxoflow.prune.chunk", "utxoflow.prune.run", "utxoflow.recovery.handle", "utxoflow.recovery.requeue",
-        "utxoflow.tx.arrived",
+        "utxoflow.tx.arrived", "utxoflow.txs.arrived",
     ]
     r = subprocess.run([sys.executable, "-m", "celery", "-A", "workers.app", "report"], capture_output=True,
                        text=True, timeout=60, cwd=ROOT)

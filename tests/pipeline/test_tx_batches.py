@@ -5,6 +5,7 @@ a worker killed mid-batch and Redis restarted mid-burst. Checked against a model
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -291,6 +292,40 @@ def test_a_tx_whose_stored_bytes_are_gone_or_bad_is_refused_alone(pipeline: Pipe
         assert store.existing([t.txid for t in txs]) == {txs[k].txid for k in (0, 2, 4)}
     finally:
         store.close()
+
+
+@pytest.mark.timeout(180)
+def test_a_blob_store_failing_mid_file_says_how_far_it_got(pipeline: Pipeline) -> None:
+    """`utxo enqueue tx` stores batches ahead of the one it sends: a blob store that fails on
+    the txs of one shard of the third batch ends it with one line naming a blob there (exit 2)
+    after the two batches before were sent (their lines printed); nothing of the third is
+    registered; the same file enqueued again once the store works sends the rest, and the
+    burst completes."""
+    b = make_burst(17, 700, double_spends=0.0)
+    pipeline.seed(b.funds)
+
+    def shard_of(t: Tx) -> str:
+        return blob_key(t.txid, "tx").split("/")[0]
+
+    early = {shard_of(t) for t in b.txs[:500]}  # (the first two batches: written before the fault)
+    shard = tmp_blobs(pipeline) / next(shard_of(t) for t in b.txs[500:750] if shard_of(t) not in early)
+    shard.parent.mkdir(parents=True, exist_ok=True)
+    shard.write_bytes(b"a file where the shard's directory must go")
+    path = pipeline.tmp / "burst.hex"
+    path.write_text("".join(t.raw.hex() + "\n" for t in b.txs))
+    r = pipeline.utxo("enqueue", "tx", path.name)
+    assert r.returncode == 2, r.stderr
+    said = r.stderr.strip().splitlines()[-1]
+    assert said.startswith(f"utxo: error: [STORAGE_ERROR] blob {shard.name}/"), r.stderr
+    assert any(blob_key(t.txid, "tx") in said for t in b.txs[500:750]), said  # (one of the third's)
+    sent = [json.loads(line)["txid"] for line in r.stdout.splitlines()]
+    assert sent == [t.txid_hex for t in b.txs[:500]]
+    assert pipeline.pending() == {f"tx:{t}" for t in sent}
+    shard.unlink()
+    pipeline.start_worker("w1")
+    assert len(pipeline.enqueue("tx", [t.raw for t in b.txs])) == len(b.txs)
+    pipeline.wait(120)
+    check_burst(pipeline, b)
 
 
 def tmp_blobs(pipeline: Pipeline) -> Path:

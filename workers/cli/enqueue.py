@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from workers.runtime.services import Services
 
 T = TypeVar("T")
+AHEAD = 3  # parts whose bytes are being stored while the one before them is sent
 
 
 def _read(path: str) -> tuple[str, bytes]:
@@ -80,12 +83,12 @@ def enqueue_tx(obj: Context, files: tuple[str, ...]) -> None:
     """A binary transaction per file, or hex transactions one per line (standard or BIP-239).
     They go in batches, a message each (a worker applies a batch with one store call per step),
     in the order given: a parent before its children."""
-    from workers.runtime.ingest import TX_BATCH, read_txs, submit_txs
+    from workers.runtime.ingest import TX_BATCH, read_txs, store_txs, submit_txs
 
     def batch(svc: Services, txs: list[Tx]) -> list[dict[str, Any]]:
-        return [{"enqueued": "tx", "txid": t} for t in submit_txs(txs, svc)]
+        return [{"enqueued": "tx", "txid": t} for t in submit_txs(txs, svc, stored=True)]
 
-    _enqueue(obj, files, read_txs, "txs", "transactions", batch, size=TX_BATCH)
+    _enqueue(obj, files, read_txs, "txs", "transactions", batch, size=TX_BATCH, ahead=store_txs)
 
 
 def _enqueue(
@@ -97,11 +100,14 @@ def _enqueue(
     send: Callable[[Services, list[T]], list[dict[str, Any]]],
     check: Callable[[Services, list[T]], None] | None = None,
     size: int = 1,
+    ahead: Callable[[list[T], Services], None] | None = None,
 ) -> None:
     """Everything read and checked first — the files, the broker URL, what the store can tell
     (`check`), the broker answering — and only then the items sent, `size` at a time, each
     item's JSON line on stdout once sent, with progress on stderr; a broker that fails
-    part-way says how far the input got."""
+    part-way says how far the input got. `ahead` (storing the items' bytes) runs in threads,
+    up to AHEAD parts before the one being sent (a store's writes wait on its disk or server),
+    each part sent only once its own `ahead` is done, in order."""
     from workers.runtime.services import services
 
     _export(obj)
@@ -112,13 +118,19 @@ def _enqueue(
         check(svc, items)
     _check_broker(obj)
     with Reporter() as rep, rep.step(f"enqueue {unit}", len(items), unit) as advance:
-        for k in range(0, len(items), size):
-            part = items[k:k + size]
-            with _broker_errors(obj, k, len(items), what):
-                lines = send(svc, part)
-            for line in lines:
-                emit(line)
-            advance(len(part))
+        parts = [items[k:k + size] for k in range(0, len(items), size)]
+        with ThreadPoolExecutor(max_workers=AHEAD) if ahead else nullcontext() as pool:
+            stored: deque[Future[None]] = deque()
+            for k, part in enumerate(parts):
+                if pool is not None and ahead is not None:
+                    while len(stored) < AHEAD and k + len(stored) < len(parts):
+                        stored.append(pool.submit(ahead, parts[k + len(stored)], svc))
+                    stored.popleft().result()  # (its StorageError: one line, exit 2, as a send's)
+                with _broker_errors(obj, k * size, len(items), what):
+                    lines = send(svc, part)
+                for line in lines:
+                    emit(line)
+                advance(len(part))
 
 
 def _check_joins(snapshot: tuple[int, bytes] | None, blocks: list[CheckedBlock]) -> None:

@@ -327,17 +327,25 @@ def _index(svc: Services, block: Block | CheckedBlock) -> None:
         log.warning("block %s: not indexed ahead of its task (%s)", block.hash_hex, e)
 
 
-def submit_txs(txs: Sequence[Tx], svc: Services | None = None) -> list[str]:
+def submit_txs(txs: Sequence[Tx], svc: Services | None = None, stored: bool = False) -> list[str]:
     """Store and enqueue `txs` as one message (`utxoflow.txs.arrived`), each registered under
     its own id first, in one write; their txids (display hex), in their order. A parent goes
-    before its children in a batch (the worker applies the batch in generations)."""
+    before its children in a batch (the worker applies the batch in generations). `stored`:
+    `store_txs` has written their bytes already."""
     svc = svc or services()
-    svc.blobs.put_many_if_absent([_tx_blob(tx) for tx in txs])  # (durable before any message)
+    if not stored:
+        store_txs(txs, svc)
     txids = [tx.txid_hex for tx in txs]
     idents = [f"tx:{t}" for t in txids]
     svc.registry.add_many(idents)
     publish_txs(txids, idents)
     return txids
+
+
+def store_txs(txs: Sequence[Tx], svc: Services) -> None:
+    """The bytes of `txs` in the blob store, durable (before any message names them). Safe in a
+    thread beside the one that registers and sends: `utxo enqueue tx` stores batches ahead."""
+    svc.blobs.put_many_if_absent([_tx_blob(tx) for tx in txs])
 
 
 def publish_txs(txids: list[str], idents: list[str]) -> None:
