@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -46,6 +47,11 @@ class FileBlobStore:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise StorageError(f"cannot create blob directory {self.root}: {e}") from e
+        # the flushing threads of `put_many_if_absent`, started once per process: a forked
+        # child (a worker's pool) has none of its parent's threads, so it starts its own
+        self._pool: tuple[int, ThreadPoolExecutor] | None = None
+        self._pool_lock = threading.Lock()  # (callers in several threads: `utxo enqueue tx`)
+        self._made: set[Path] = set()  # directories this process knows exist
 
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
@@ -97,8 +103,14 @@ class FileBlobStore:
                 if path.exists():
                     continue
                 try:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+                    if path.parent not in self._made:
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        self._made.add(path.parent)
+                    try:
+                        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+                    except FileNotFoundError:  # removed since this process made it: make it again
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
                     temps.append(_Temp(i, key, path, tmp, fd))
                     view = memoryview(data)
                     while view:
@@ -142,8 +154,11 @@ class FileBlobStore:
             for c in calls:
                 one(c)
             return
-        with ThreadPoolExecutor(max_workers=min(FLUSH_THREADS, len(calls))) as pool:
-            list(pool.map(one, calls))
+        with self._pool_lock:
+            if self._pool is None or self._pool[0] != os.getpid():
+                self._pool = (os.getpid(), ThreadPoolExecutor(FLUSH_THREADS, thread_name_prefix="blob-flush"))
+            pool = self._pool[1]
+        list(pool.map(one, calls))
 
     def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         path = self._path(key)
@@ -212,7 +227,9 @@ class FileBlobStore:
             raise self._fail(key, "read the mark of", e) from e
 
     def close(self) -> None:
-        pass
+        if self._pool is not None and self._pool[0] == os.getpid():
+            self._pool[1].shutdown(wait=True)
+        self._pool = None
 
 
 def _fsync_dir(path: Path) -> None:

@@ -38,6 +38,21 @@ def test_many_at_once_as_one_at_a_time(blobs: BlobStore) -> None:
     assert blobs.put_many_if_absent(items[:3]) == [False] * 3
 
 
+def test_many_at_once_again_after_a_directory_went(blobs: BlobStore, tmp_path: Path) -> None:
+    """A shard directory removed behind the store's back (an operator's clean-up) is made again
+    by the next write into it."""
+    assert blobs.put_many_if_absent([("gone/a.tx", b"a"), ("gone/b.tx", b"b")]) == [True, True]
+    if blobs.url.startswith("file://"):
+        import shutil
+
+        shutil.rmtree(Path(blobs.url.removeprefix("file://")) / "gone")
+    else:
+        blobs.delete("gone/a.tx")
+        blobs.delete("gone/b.tx")
+    assert blobs.put_many_if_absent([("gone/c.tx", b"c"), ("gone/d.tx", b"d")]) == [True, True]
+    assert blobs.get("gone/c.tx") == b"c" and blobs.get("gone/d.tx") == b"d"
+
+
 def test_ranged_reads(blobs: BlobStore) -> None:
     blobs.put_if_absent("r.block", bytes(range(100)))
     assert blobs.get("r.block", 10, 20) == bytes(range(10, 20))
