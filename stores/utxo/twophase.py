@@ -298,10 +298,3 @@ def begin_paged(store: Any, tx: Tx, block_height: int, batch: Sequence[Tx] = ())
     )
     return begin_creation(store, tx, rec, False, block_height)
 
-
-def needs_pages(tx: Tx, batch_size: int) -> bool:
-    return len(tx.outputs) > batch_size
-
-
-def total_pages(tx: Tx, batch_size: int) -> int:
-    return create.page_count(len(tx.outputs), batch_size)

@@ -79,9 +79,3 @@ def services(**overrides: Any) -> Services:
             atexit.register(_services.close)
         return _services
 
-
-def reset() -> None:
-    """Forget the opened services (after a fork: the child must open its own)."""
-    global _services
-    with _lock:
-        _services = None
