@@ -13,9 +13,8 @@ from celery import Task
 
 from chain import ParseError, Tx, hex_to_hash, parse_tx
 from stores.blob.protocol import BlobNotFound, blob_key
-from stores.errors import StorageError
+from stores.errors import StorageError, StoreError
 from stores.state import PendingDone
-from stores.utxo import UtxoError
 from workers.chainstate.mempool import apply_tx, apply_txs, rival, waiting_for_parents
 from workers.ops import activity, metrics
 from workers.runtime.app import app
@@ -36,7 +35,7 @@ def tx_arrived(self: Task, txid: str, ident: str) -> dict[str, Any]:
         svc = services()  # (first call in a process: opens the stores, which may fail)
         tx = parse_tx(svc.blobs.get(blob_key(hex_to_hash(txid), "tx")))
         made = apply_tx(svc.utxo, tx)
-        if isinstance(made, UtxoError):
+        if isinstance(made, StoreError):
             if waiting_for_parents(made) and self.request.retries < PARENT_RETRIES:
                 metrics.mempool_tx("waiting")  # (a store's error: count_retry, by its code)
                 raise self.retry(countdown=min(0.5 * 2 ** self.request.retries, 30))
@@ -57,12 +56,13 @@ def tx_arrived(self: Task, txid: str, ident: str) -> dict[str, Any]:
 
 
 @app.task(name="utxoflow.txs.arrived", bind=True, max_retries=None, throws=(Refused,))
-def txs_arrived(self: Task, txids: list[str], idents: list[str]) -> dict[str, Any]:
-    """A batch of transactions (`workers.chainstate.mempool.apply_txs`: parents in the batch
-    first). Those that are done (accepted, known, refused for good) leave the registry in one
+def txs_arrived(self: Task, txids: list[str], idents: list[str], refused_before: int = 0) -> dict[str, Any]:
+    """A batch of transactions (`workers.chainstate.mempool.apply_txs`: as one at a time in
+    their order). Those that are done (accepted, known, refused for good) leave the registry in one
     write; those whose parents are not in the store yet are retried as a smaller batch, within
-    the bound a single tx has, then reported. The task ends as Refused when any was refused
-    (each with its reason in the refusal log and the log), so Flower shows the batch failed."""
+    the bound a single tx has, then reported. The task ends as Refused when any was refused,
+    in this attempt or an earlier one of it (`refused_before`), each with its reason in the
+    refusal log and the log, so Flower shows the batch failed."""
     if not isinstance(txids, list) or not isinstance(idents, list) or len(txids) != len(idents):
         raise Refused(f"a batch of txs needs as many message ids as txids: {len(txids)} and {len(idents)}")
     try:
@@ -81,8 +81,8 @@ def txs_arrived(self: Task, txids: list[str], idents: list[str]) -> dict[str, An
             except ParseError as e:
                 unread[k] = f"its stored bytes are not a transaction ({e}): enqueue it again"
         applied = iter(apply_txs(svc.utxo, txs))
-        answers: list[UtxoError | bool | str] = [unread[k] if k in unread else next(applied)
-                                                for k in range(len(keys))]
+        answers: list[StoreError | bool | str] = [unread[k] if k in unread else next(applied)
+                                                 for k in range(len(keys))]
     except StorageError as e:
         log.warning("a batch of %d txs: %s (will retry)", len(txids), e)
         raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
@@ -96,7 +96,7 @@ def txs_arrived(self: Task, txids: list[str], idents: list[str]) -> dict[str, An
             log.warning("tx %s rejected: %s", txid, answer)
             done.append(PendingDone(ident, refused=(answer, None)))
             refused.append(f"{txid}: {answer}")
-        elif isinstance(answer, UtxoError):
+        elif isinstance(answer, StoreError):
             if waiting_for_parents(answer) and not last_try:
                 waiting.append(k)
                 continue
@@ -119,8 +119,10 @@ def txs_arrived(self: Task, txids: list[str], idents: list[str]) -> dict[str, An
         activity.note("mempool_txs", made)
     if waiting:  # a smaller batch: only those whose parents are not there yet
         raise self.retry(args=[[txids[k] for k in waiting], [idents[k] for k in waiting]],
+                         kwargs={"refused_before": refused_before + len(refused)},
                          countdown=min(0.5 * 2 ** self.request.retries, 30))
-    if refused:
-        raise Refused(f"{len(refused)} of {len(txids)} txs rejected: " + "; ".join(refused[:3])
+    if refused or refused_before:
+        raise Refused(f"{len(refused) + refused_before} txs of the batch rejected"
+                      + (": " + "; ".join(refused[:3]) if refused else " in earlier attempts")
                       + (" …" if len(refused) > 3 else ""))
     return {"txs": len(txids), "accepted": made, "known": known}

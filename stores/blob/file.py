@@ -13,28 +13,31 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import TypeVar
 
 from stores.blob.protocol import BlobNotFound, check_key
 from stores.errors import StorageError
 
 PREFIX = "file://"
 MARKS = ".dah"
+T = TypeVar("T")
 FLUSH_THREADS = 16  # disk flushes in flight at once in `put_many_if_absent`
 
 
-class _Temp(NamedTuple):
-    """A blob written to its temporary file, not linked to its key yet."""
+_STORES: weakref.WeakSet[FileBlobStore] = weakref.WeakSet()  # this process's, for `_after_fork`
 
-    pos: int  # in the call's items
-    key: str
-    path: Path  # the key's
-    tmp: str
-    fd: int
+
+def _after_fork() -> None:
+    for store in list(_STORES):
+        store._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 class FileBlobStore:
@@ -51,7 +54,12 @@ class FileBlobStore:
         # child (a worker's pool) has none of its parent's threads, so it starts its own
         self._pool: tuple[int, ThreadPoolExecutor] | None = None
         self._pool_lock = threading.Lock()  # (callers in several threads: `utxo enqueue tx`)
+        _STORES.add(self)
         self._made: set[Path] = set()  # directories this process knows exist
+
+    def _forked(self) -> None:
+        """In a forked child: none of the parent's threads, and its lock may have been held."""
+        self._pool, self._pool_lock = None, threading.Lock()
 
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
@@ -92,73 +100,100 @@ class FileBlobStore:
                     raise self._fail(key, "remove a temporary file", e) from e
 
     def put_many_if_absent(self, items: Sequence[tuple[str, bytes]]) -> list[bool]:
-        """As `put_if_absent` for each, its disk flushes overlapped: every temporary file is
-        written, then all are flushed at once (threads: the filesystem commits them together),
-        then each is linked to its key, then each directory that got a link is flushed once."""
+        """As `put_if_absent` for each, overlapped in threads (a flush waits on the disk, not the
+        CPU; the filesystem commits flushes that come together at once): each blob written to a
+        temporary file, flushed and closed in one thread's step (so at most a thread's worth of
+        files is open); then each linked to its key; then each directory that got a link, or
+        was made, flushed once. A temporary file is always removed (a stray one, were removing
+        it to fail, is harmless: no key can take its name)."""
         out = [False] * len(items)
-        temps: list[_Temp] = []
+        todo = [(i, key, self._path(key), data) for i, (key, data) in enumerate(items)]
+        todo = [t for t in todo if not t[2].exists()]
+        temps: list[tuple[int, str, Path, str]] = []  # (position, key, the key's path, temporary)
         try:
-            for i, (key, data) in enumerate(items):
-                path = self._path(key)
-                if path.exists():
-                    continue
-                try:
-                    if path.parent not in self._made:
-                        path.parent.mkdir(parents=True, exist_ok=True)
-                        self._made.add(path.parent)
-                    try:
-                        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-                    except FileNotFoundError:  # removed since this process made it: make it again
-                        path.parent.mkdir(parents=True, exist_ok=True)
-                        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-                    temps.append(_Temp(i, key, path, tmp, fd))
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view):]
-                except OSError as e:
-                    raise self._fail(key, "write", e) from e
-            self._overlapped([(t.key, partial(os.fsync, t.fd)) for t in temps], "flush")
+            calls = [(key, partial(self._temp, path, data)) for _i, key, path, data in todo]
+            written = self._overlapped(calls, "write")
+            temps = [(i, key, path, tmp) for (i, key, path, _d), tmp in zip(todo, written)]
             dirs: dict[Path, str] = {}
-            for t in temps:
+            for i, key, path, tmp in temps:
                 try:
-                    os.link(t.tmp, t.path)
+                    os.link(tmp, path)
                 except FileExistsError:
                     continue
                 except OSError as e:
-                    raise self._fail(t.key, "write", e) from e
-                out[t.pos] = True
-                dirs.setdefault(t.path.parent, t.key)
+                    raise self._fail(key, "write", e) from e
+                out[i] = True
+                dirs.setdefault(path.parent, key)
             self._overlapped([(key, partial(_fsync_dir, d)) for d, key in dirs.items()], "publish")
             return out
         finally:
-            for t in temps:
+            for *_, tmp in temps:
                 try:
-                    os.close(t.fd)
-                    os.unlink(t.tmp)
-                except FileNotFoundError:
+                    os.unlink(tmp)
+                except OSError:
                     pass
-                except OSError as e:  # the blobs themselves are whole; a stray temp file is harmless
-                    raise self._fail(t.key, "remove a temporary file", e) from e
 
-    def _overlapped(self, calls: list[tuple[str, Callable[[], None]]], action: str) -> None:
-        """Each (key, call), overlapped in threads (a flush waits on the disk, not the CPU); an
-        OSError is the StorageError naming its key."""
+    def _temp(self, path: Path, data: bytes) -> str:
+        """`data` in a new temporary file beside `path`, flushed to disk and closed; its name."""
+        if path.parent not in self._made:
+            made = not path.parent.exists()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if made:  # a new shard directory: its name in the root is durable too
+                _fsync_dir(self.root)
+            self._made.add(path.parent)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        except FileNotFoundError:  # removed since this process made it: make it again
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        return tmp
 
-        def one(call: tuple[str, Callable[[], None]]) -> None:
-            try:
-                call[1]()
-            except OSError as e:
-                raise self._fail(call[0], action, e) from e
-
+    def _overlapped(self, calls: Sequence[tuple[str, Callable[[], T]]], action: str) -> list[T]:
+        """Each (key, call) in the process's threads, every one waited for, their results in
+        order; the first OSError (in order) is the StorageError naming its key."""
         if len(calls) < 2:
-            for c in calls:
-                one(c)
-            return
+            results = []
+            for key, call in calls:
+                try:
+                    results.append(call())
+                except OSError as e:
+                    raise self._fail(key, action, e) from e
+            return results
         with self._pool_lock:
             if self._pool is None or self._pool[0] != os.getpid():
                 self._pool = (os.getpid(), ThreadPoolExecutor(FLUSH_THREADS, thread_name_prefix="blob-flush"))
             pool = self._pool[1]
-        list(pool.map(one, calls))
+        futures = [pool.submit(call) for _key, call in calls]
+        wait(futures)  # every one ends before a failure is told (the caller cleans up after them)
+        done: list[T] = []
+        failure: StorageError | None = None
+        for (key, _call), f in zip(calls, futures):
+            error = f.exception()
+            if error is None:
+                done.append(f.result())
+            elif isinstance(error, OSError):
+                failure = failure or self._fail(key, action, error)
+            else:
+                raise error
+        if failure is not None:
+            for tmp in done:  # what the others wrote: no key names it
+                if isinstance(tmp, str) and action == "write":
+                    try:
+                        os.unlink(tmp)
+                    except OSError:
+                        pass
+            raise failure
+        return done
 
     def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         path = self._path(key)

@@ -1,7 +1,8 @@
 """Transactions in batches (`workers.chainstate.mempool.apply_txs`, the `utxoflow.txs.arrived`
-task, `utxo enqueue tx` sending a message per batch): the same answers as one at a time, with
-parents and children in a batch in any order, double spends inside a batch and across batches,
-a worker killed mid-batch and Redis restarted mid-burst. Checked against a model written here."""
+task, `utxo enqueue tx` sending a message per batch): the same answers as one at a time in the
+batch's order, with parents and children in a batch in any order, double spends inside a batch
+and across batches, a worker killed mid-batch and Redis restarted mid-burst. Checked against a
+model written here."""
 
 from __future__ import annotations
 
@@ -16,14 +17,16 @@ from pathlib import Path
 import pytest
 
 from chain import Tx
+from chain.build import build_tx, spend_input
 from stores.blob.protocol import blob_key
+from stores.errors import ProcessingError
 from stores.utxo import SpendRejected, TxNotFound, UtxoSpent, UtxoStore, open_utxo_store
 from tests.aerospike_server import drop_set, needs_aerospike, new_url
 from tests.pipeline.chains import funding, seed, spend
 from tests.pipeline.conftest import drop_tables
 from tests.pipeline.redis_server import RedisServer, broker_fixture  # noqa: F401  (the fixture)
 from tests.pipeline.workers import Pipeline, children, faults, pipeline_fixture, until  # noqa: F401
-from workers.chainstate.mempool import apply_txs, generations
+from workers.chainstate.mempool import apply_txs, runs
 
 Outpoint = tuple[bytes, int]
 
@@ -76,25 +79,6 @@ def make_burst(
     return b
 
 
-def model_generations(batch: list[Tx]) -> list[list[Tx]]:
-    """The order a batch is applied in, as the task's contract says: parents in the batch
-    first, the given order otherwise (computed here, independently of `generations`)."""
-    ids = {t.txid for t in batch}
-    placed: dict[bytes, int] = {}
-    while len(placed) < len(ids):
-        for t in batch:
-            parents = {i.prev_txid for i in t.inputs} & ids
-            if t.txid not in placed and parents <= placed.keys():
-                placed[t.txid] = max((placed[p] + 1 for p in parents), default=0)
-    gens: list[list[Tx]] = [[] for _ in range(max(placed.values()) + 1)]
-    seen: set[bytes] = set()
-    for t in batch:
-        if t.txid not in seen:
-            gens[placed[t.txid]].append(t)
-            seen.add(t.txid)
-    return gens
-
-
 @dataclass
 class Model:
     """The mempool after batches, applied one after another: who holds each output, which txs
@@ -108,17 +92,16 @@ class Model:
         return cls({(f.txid, v): None for f in funds for v in range(len(f.outputs))})
 
     def apply(self, batch: list[Tx]) -> dict[bytes, object]:
+        """The batch one tx at a time, in its order: what a batch must answer."""
         answers: dict[bytes, object] = {}
-        for gen in model_generations(batch):
-            for t in gen:
-                ins = [(i.prev_txid, i.prev_vout) for i in t.inputs]
-                if any(o not in self.holder for o in ins):
-                    answers[t.txid] = "waiting"  # a parent with no record (refused, or not come)
-                    continue
-                taken = next((self.holder[o] for o in ins if self.holder[o] not in (None, t.txid)), None)
-                if taken is not None:
-                    answers[t.txid] = ("spent", taken)
-                    continue
+        for t in batch:
+            ins = [(i.prev_txid, i.prev_vout) for i in t.inputs]
+            taken = next((self.holder[o] for o in ins if self.holder.get(o) not in (None, t.txid)), None)
+            if taken is not None:
+                answers[t.txid] = ("spent", taken)
+            elif any(o not in self.holder for o in ins):
+                answers[t.txid] = "waiting"  # a parent with no record (refused, or not come yet)
+            else:
                 for o in ins:
                     self.holder[o] = t.txid
                 if t.txid in self.made:
@@ -173,44 +156,68 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UtxoStore]
         drop_set(None, url)
 
 
-def test_generations_put_parents_first_and_keep_the_order_otherwise() -> None:
+def test_runs_cut_before_a_child_of_the_run() -> None:
     f = funding(2, n_outputs=2)
     a, b = spend((f[0], 0)), spend((f[0], 1))
     c = spend((a, 0), (b, 0))
     d = spend((c, 0))
     e = spend((f[1], 0))
-    assert [[t.txid for t in g] for g in generations([d, c, e, b, a])] == [
-        [e.txid, b.txid, a.txid], [c.txid], [d.txid]
-    ]
-    assert generations([]) == []
+    def ids(txs: list[Tx]) -> list[list[bytes]]:
+        return [[t.txid for t in r] for r in runs(txs)]
+
+    assert ids([a, b, e, c, d]) == [[a.txid, b.txid, e.txid], [c.txid], [d.txid]]
+    assert ids([d, c, e, b, a]) == [[d.txid, c.txid, e.txid, b.txid, a.txid]]  # (children first: they wait)
+    assert runs([]) == []
     chain = [spend((f[1], 1))]
-    for _ in range(3000):  # longer than Python's recursion limit, listed children first
+    for _ in range(3000):  # a long chain of children: a run each
         chain.append(spend((chain[-1], 0), fee=10))
-    assert [len(g) for g in generations(chain[::-1])] == [1] * len(chain)
+    assert [len(r) for r in runs(chain)] == [1] * len(chain)
 
 
 @pytest.mark.parametrize("burst_seed", [3, 11])
 def test_batches_answer_as_the_model_does(store: UtxoStore, burst_seed: int) -> None:
     """Random bursts (children before parents in a batch, double spends inside one batch and
     across batches, a tx in two batches), applied batch after batch: every answer, who holds
-    every output and which txs have records are the model's."""
+    every output and which txs have records are those of applying them one at a time."""
     rnd = random.Random(burst_seed)
     b = make_burst(burst_seed, 400)
     seed(store, b.funds)
     model = Model.over(b.funds)
     parts = batches(b, 60, rnd)
     parts.append(rnd.sample(b.txs, 40))  # sent again: known, or refused again, as the model says
-    for part in parts:
-        want = model.apply(part)
-        got = dict(zip((t.txid for t in part), map(answer, apply_txs(store, part))))
-        assert got == want
-    assert len(model.made) > 300 and len(b.rivals) > 15  # (the burst meant something)
+    waited: list[Tx] = []
+    for _round in range(4):  # the waiting ones again, in the burst's order, as the task retries them
+        for part in parts:
+            want = model.apply(part)
+            got = dict(zip((t.txid for t in part), map(answer, apply_txs(store, part))))
+            assert got == want
+            waited += [t for t in part if want[t.txid] == "waiting"]
+        again = {t.txid for t in waited}
+        parts = [[t for t in b.txs if t.txid in again]] if again else []
+        waited = []
+    assert len(model.made) > 200 and len(b.rivals) > 15  # (the burst meant something)
     assert store.existing([t.txid for t in b.txs]) == model.made
     live = {(u.txid, u.vout) for u in store.iter_utxos(confirmed=False)}
     assert live == model.unspent()
     ops = list(model.holder)
     held = store.spenders(ops)
     assert {o: held.get(o) for o in ops} == model.holder
+
+
+def test_a_tx_the_store_will_not_make_is_refused_alone(store: UtxoStore) -> None:
+    """A tx that parses but whose record the store refuses (no outputs: a ProcessingError, not a
+    failure of the store) is that tx's refusal: its spend is taken back, and the rest of its
+    batch, its child's run included, is applied as one at a time would."""
+    f = funding(3)
+    seed(store, f)
+    a, c = spend((f[0], 0)), spend((f[2], 0))
+    bad = build_tx([spend_input(f[1], 0)], [])
+    child = spend((a, 0))
+    got = apply_txs(store, [a, bad, c, child])
+    assert got[0] is True and got[2] is True and got[3] is True
+    assert isinstance(got[1], ProcessingError) and "output" in str(got[1]), got[1]
+    assert store.existing([t.txid for t in (a, bad, c, child)]) == {a.txid, c.txid, child.txid}
+    assert store.spenders([(f[1].txid, 0)]) == {(f[1].txid, 0): None}  # bad's spend taken back
 
 
 # -- real workers -------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from chain import Tx, hash_to_hex
-from stores.errors import StoreError
+from stores.errors import StorageError, StoreError
 from stores.utxo import (
     Spenders,
     SpendRejected,
@@ -48,7 +48,7 @@ from stores.utxo import (
 from workers.chainstate.conflicts import Conflicts
 
 
-def apply_tx(utxo: UtxoStore, tx: Tx) -> UtxoError | bool:
+def apply_tx(utxo: UtxoStore, tx: Tx) -> StoreError | bool:
     """Spend `tx`'s inputs and create its record; the spend's refusal, or, the tx being in the
     store, whether this call made its record (False: it was there: a redelivery, a tx sent
     twice). A refusal for good frees what an attempt of it that died left, and holds the
@@ -57,59 +57,56 @@ def apply_tx(utxo: UtxoStore, tx: Tx) -> UtxoError | bool:
     return apply_txs(utxo, [tx])[0]
 
 
-def apply_txs(utxo: UtxoStore, txs: Sequence[Tx]) -> list[UtxoError | bool]:
-    """`apply_tx` of each of `txs` (a batch: `utxoflow.txs.arrived`), its answer in their order,
-    with a store call per step for the whole batch instead of per tx. A parent in the batch goes
-    first: the batch is taken in generations (`generations`), each spent in one call, then its
-    records made in one, then their inputs read in one, so each tx's record is there before its
-    children spend from it, and its inputs are read after its record is made, as for one tx. A
-    tx listed twice is applied once (the second answer: False, it was there)."""
+def apply_txs(utxo: UtxoStore, txs: Sequence[Tx]) -> list[StoreError | bool]:
+    """`apply_tx` of each of `txs` (a batch: `utxoflow.txs.arrived`), its answer in their order:
+    what applying them one at a time in that order answers, with a store call per step for a
+    run of them instead of per tx. The batch goes in consecutive runs (`runs`), cut before a tx
+    whose parent is in the run: a run's spends in one call, then its records in one, then the
+    read of their inputs in one, so a parent's record is there before the run of its child, and
+    a double spend is won by the first listed, as one at a time. A tx listed twice is applied
+    once (the second answer: False, it was there). A tx the store refuses to make (not a
+    StorageError) is refused alone, its spend taken back."""
     height = utxo.current_height()  # unmined since the tip; it spends as the next block would
-    out: dict[bytes, UtxoError | bool] = {}
-    for gen in generations(list({t.txid: t for t in txs}.values())):
-        spending = [t for t in gen if not t.is_coinbase]
-        ready = [t for t in gen if t.is_coinbase]
-        for t, spent in zip(spending, utxo.spend_many(spending, height + 1) if spending else []):
-            if isinstance(spent, UtxoError):
-                out[t.txid] = spent if waiting_for_parents(spent) else _refused(utxo, t, height, spent)
+    out: dict[bytes, StoreError | bool] = {}
+    for run in runs(list({t.txid: t for t in txs}.values())):
+        spending = [t for t in run if not t.is_coinbase]
+        results = utxo.spend_many(spending, height + 1) if spending else []
+        spent = dict(zip((t.txid for t in spending), results))
+        ready = []
+        for t in run:
+            answer = spent.get(t.txid)
+            if isinstance(answer, UtxoError):
+                out[t.txid] = answer if waiting_for_parents(answer) else _refused(utxo, t, height, answer)
             else:
                 ready.append(t)
         if ready:
             out.update(make_records(utxo, ready, height))
     seen: set[bytes] = set()
-    answers: list[UtxoError | bool] = []
+    answers: list[StoreError | bool] = []
     for t in txs:
         answers.append(False if t.txid in seen and out[t.txid] is True else out[t.txid])
         seen.add(t.txid)
     return answers
 
 
-def generations(txs: Sequence[Tx]) -> list[list[Tx]]:
-    """`txs` (distinct) in generations: the first holds those with no parent among them, each next
-    one those whose parents among them are all in earlier ones; order kept within each."""
-    ids = {t.txid for t in txs}
-    depth: dict[bytes, int] = {}
-    left = list(txs)
-    while left:  # a pass places every tx whose parents are placed (a parent listed first: at once)
-        later = []
-        for t in left:
-            parents = [i.prev_txid for i in t.inputs if i.prev_txid in ids]
-            if all(p in depth for p in parents):
-                depth[t.txid] = 1 + max((depth[p] for p in parents), default=-1)
-            else:
-                later.append(t)
-        if len(later) == len(left):  # (parents in a loop: txids are hashes, so never; kept last)
-            top = max(depth.values(), default=-1) + 1
-            depth.update((t.txid, top) for t in later)
-            break
-        left = later
-    out: list[list[Tx]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+def runs(txs: Sequence[Tx]) -> list[list[Tx]]:
+    """`txs` (distinct) cut into consecutive runs, a cut before each tx that spends an output of
+    a tx in its run: no run holds a parent and its child."""
+    out: list[list[Tx]] = []
+    run: list[Tx] = []
+    ids: set[bytes] = set()
     for t in txs:
-        out[depth[t.txid]].append(t)
+        if any(i.prev_txid in ids for i in t.inputs):
+            out.append(run)
+            run, ids = [], set()
+        run.append(t)
+        ids.add(t.txid)
+    if run:
+        out.append(run)
     return out
 
 
-def _refused(utxo: UtxoStore, tx: Tx, height: int, refusal: UtxoError) -> UtxoError:
+def _refused(utxo: UtxoStore, tx: Tx, height: int, refusal: StoreError) -> StoreError:
     """A spend refused for good. Whatever of it a dead attempt left is freed while it has no
     record (only if it holds any: a double spend's refusal costs one read), and a record of it
     that exists (made before, or beside this delivery meanwhile) holds its inputs again or is
@@ -126,14 +123,14 @@ def _refused(utxo: UtxoStore, tx: Tx, height: int, refusal: UtxoError) -> UtxoEr
     return refusal
 
 
-def rival(refusal: UtxoError) -> str | None:
+def rival(refusal: StoreError) -> str | None:
     """The transaction (display hex) that holds an output a refused spend wanted, if one does."""
     found = [e for _vin, e in refusal.errors] if isinstance(refusal, SpendRejected) else [refusal]
     spender = next((e.spending_txid for e in found if isinstance(e, UtxoSpent)), None)
     return None if spender is None else hash_to_hex(spender)
 
 
-def give_up(utxo: UtxoStore, tx: Tx, refusal: UtxoError) -> None:
+def give_up(utxo: UtxoStore, tx: Tx, refusal: StoreError) -> None:
     """A refusal that might have passed is final now (its parents never came, a lock never
     lifted): settle it as one for good — what a dead attempt of it left is freed, a record of
     it holds its inputs or is conflicting."""
@@ -141,25 +138,30 @@ def give_up(utxo: UtxoStore, tx: Tx, refusal: UtxoError) -> None:
         _refused(utxo, tx, utxo.current_height(), refusal)
 
 
-def make_record(utxo: UtxoStore, tx: Tx, height: int) -> UtxoError | bool:
+def make_record(utxo: UtxoStore, tx: Tx, height: int) -> StoreError | bool:
     """The second half of `apply_tx`, its inputs spent: create the record, then make sure the
     tx holds its inputs (`hold_inputs`): its refusal when it lost one."""
     return make_records(utxo, [tx], height)[tx.txid]
 
 
-def make_records(utxo: UtxoStore, txs: Sequence[Tx], height: int) -> dict[bytes, UtxoError | bool]:
+def make_records(utxo: UtxoStore, txs: Sequence[Tx], height: int) -> dict[bytes, StoreError | bool]:
     """`make_record` of each of `txs` (distinct, their inputs spent), a store call per step: the
     records made in one, then every input read in one; only a tx that lost an input there, or
-    whose parent is conflicting, goes on to `hold_inputs` by itself."""
+    whose parent is conflicting, goes on to `hold_inputs` by itself. A tx whose record the
+    store refuses (a ProcessingError: not a failure of the store) is refused alone, its spend
+    taken back (`_refused`); a StorageError ends the call (nothing is then known)."""
     if not txs:
         return {}
     made = utxo.create_many(txs, height, meta=False)
     for m in made:
-        if isinstance(m, StoreError) and not isinstance(m, TxExists):
+        if isinstance(m, StorageError):
             raise m
     held = utxo.spenders([(i.prev_txid, i.prev_vout) for t in txs if not t.is_coinbase for i in t.inputs])
-    out: dict[bytes, UtxoError | bool] = {}
+    out: dict[bytes, StoreError | bool] = {}
     for t, m in zip(txs, made):
+        if isinstance(m, StoreError) and not isinstance(m, TxExists):
+            out[t.txid] = m if t.is_coinbase else _refused(utxo, t, height, m)
+            continue
         lost = None
         if not t.is_coinbase and _may_have_lost(t, held):
             lost = hold_inputs(utxo, t, height)
@@ -219,7 +221,7 @@ class _Loser(Conflicts):
         self.utxo, self.chunk, self._undo, self._save = utxo, 1000, None, None
 
 
-def waiting_for_parents(refused: UtxoError) -> bool:
+def waiting_for_parents(refused: StoreError) -> bool:
     """Whether a refusal may pass by itself: a parent not in the store yet, or locked a moment
     (a block's conflict swap) — not a double spend or a bad input."""
     return isinstance(refused, SpendRejected) and all(

@@ -121,16 +121,21 @@ def _enqueue(
         parts = [items[k:k + size] for k in range(0, len(items), size)]
         with ThreadPoolExecutor(max_workers=AHEAD) if ahead else nullcontext() as pool:
             stored: deque[Future[None]] = deque()
-            for k, part in enumerate(parts):
-                if pool is not None and ahead is not None:
-                    while len(stored) < AHEAD and k + len(stored) < len(parts):
-                        stored.append(pool.submit(ahead, parts[k + len(stored)], svc))
-                    stored.popleft().result()  # (its StorageError: one line, exit 2, as a send's)
-                with _broker_errors(obj, k * size, len(items), what):
-                    lines = send(svc, part)
-                for line in lines:
-                    emit(line)
-                advance(len(part))
+            try:
+                for k, part in enumerate(parts):
+                    if pool is not None and ahead is not None:
+                        while len(stored) < AHEAD and k + len(stored) < len(parts):
+                            stored.append(pool.submit(ahead, parts[k + len(stored)], svc))
+                        stored.popleft().result()  # (its StorageError: one line, exit 2, as a send's)
+                    with _broker_errors(obj, k * size, len(items), what):
+                        lines = send(svc, part)
+                    for line in lines:
+                        emit(line)
+                    advance(len(part))
+            except BaseException:
+                if pool is not None:  # stopping: the parts not started stay unstored
+                    pool.shutdown(wait=False, cancel_futures=True)
+                raise
 
 
 def _check_joins(snapshot: tuple[int, bytes] | None, blocks: list[CheckedBlock]) -> None:

@@ -36,9 +36,9 @@ from typing import Any, NamedTuple
 
 from chain import ParseError, hex_to_hash, parse_tx
 from stores.blob.protocol import BlobNotFound, blob_key
-from stores.errors import StorageError
+from stores.errors import StorageError, StoreError
 from stores.state.recovery import DONE, PENDING, RecoveryEntry
-from stores.utxo import SpendRejected, TxCoinbaseImmature, TxLocked, TxNotFound, UtxoError
+from stores.utxo import SpendRejected, TxCoinbaseImmature, TxLocked, TxNotFound
 from workers.chainstate.mempool import apply_tx, give_up, hold_inputs, waiting_for_parents
 from workers.ops import metrics
 from workers.runtime.services import Services
@@ -76,7 +76,7 @@ def _tx(svc: Services, entry: RecoveryEntry) -> Verdict:
     except ParseError as e:
         return Verdict("deleted", f"deleted: its blob does not parse ({e})")
     applied = apply_tx(svc.utxo, tx)  # (the refusal, or whether this call made the record)
-    if not isinstance(applied, UtxoError):
+    if not isinstance(applied, StoreError):
         svc.registry.done(entry.ident, accepted=True)
         return _by_record(svc, entry, txid) or Verdict(PENDING, "processed again: accepted", True)
     if _may_pass(applied):
@@ -88,7 +88,7 @@ def _tx(svc: Services, entry: RecoveryEntry) -> Verdict:
     return _after_grace(svc, entry, "refused", str(applied))
 
 
-def _may_pass(refused: UtxoError) -> bool:
+def _may_pass(refused: StoreError) -> bool:
     """A refusal that may pass with time: parents not in the store yet or locked a moment
     (`mempool.waiting_for_parents`), or coinbases not mature yet (valid some blocks later)."""
     return isinstance(refused, SpendRejected) and all(

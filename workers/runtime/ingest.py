@@ -329,9 +329,9 @@ def _index(svc: Services, block: Block | CheckedBlock) -> None:
 
 def submit_txs(txs: Sequence[Tx], svc: Services | None = None, stored: bool = False) -> list[str]:
     """Store and enqueue `txs` as one message (`utxoflow.txs.arrived`), each registered under
-    its own id first, in one write; their txids (display hex), in their order. A parent goes
-    before its children in a batch (the worker applies the batch in generations). `stored`:
-    `store_txs` has written their bytes already."""
+    its own id first, in one write; their txids (display hex), in their order, which is the
+    order the worker applies them in (a parent listed after its child: the child waits for
+    it). `stored`: `store_txs` has written their bytes already."""
     svc = svc or services()
     if not stored:
         store_txs(txs, svc)
