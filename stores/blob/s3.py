@@ -51,7 +51,9 @@ class S3BlobStore:
             endpoint_url=query.get("endpoint_url"),
             region_name=query.get("region"),
             config=Config(
-                retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=60
+                retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=60,
+                # `put_many_if_absent`'s PUTs, from up to AHEAD callers at once (`utxo enqueue tx`)
+                max_pool_connections=PUT_THREADS * 3,
             ),
         )
 
