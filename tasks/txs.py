@@ -84,8 +84,7 @@ def txs_arrived(self: Task, txids: list[str], idents: list[str], refused_before:
         answers: list[StoreError | bool | str] = [unread[k] if k in unread else next(applied)
                                                  for k in range(len(keys))]
     except StorageError as e:
-        log.warning("a batch of %d txs: %s (will retry)", len(txids), e)
-        raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
+        raise _again(self, len(txids), e) from e
     done: list[PendingDone] = []
     waiting: list[int] = []
     refused: list[str] = []
@@ -108,9 +107,8 @@ def txs_arrived(self: Task, txids: list[str], idents: list[str], refused_before:
             made, known = made + bool(answer), known + (not answer)
     try:
         svc.registry.done_many(done)
-    except StorageError as e:  # the batch again: every step of it is idempotent
-        log.warning("a batch of %d txs: %s (will retry)", len(txids), e)
-        raise self.retry(countdown=min(2 ** min(self.request.retries, 4), 10)) from e
+    except StorageError as e:
+        raise _again(self, len(txids), e) from e
     metrics.mempool_tx("accepted", made)
     metrics.mempool_tx("known", known)
     metrics.mempool_tx("rejected", len(refused))
@@ -126,3 +124,10 @@ def txs_arrived(self: Task, txids: list[str], idents: list[str], refused_before:
                       + (": " + "; ".join(refused[:3]) if refused else " in earlier attempts")
                       + (" …" if len(refused) > 3 else ""))
     return {"txs": len(txids), "accepted": made, "known": known}
+
+
+def _again(task: Task, n: int, e: StorageError) -> BaseException:
+    """A batch's step failed with the store: the whole batch again shortly (every step of it is
+    idempotent); what the task raises."""
+    log.warning("a batch of %d txs: %s (will retry)", n, e)
+    return task.retry(countdown=min(2 ** min(task.request.retries, 4), 10))

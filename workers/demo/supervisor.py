@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import IO
+from typing import IO, Any
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _PR_SET_PDEATHSIG = 1
@@ -63,12 +63,10 @@ def signals_held(act_after: bool = True) -> Iterator[None]:
     def hold(signum: int, frame: FrameType | None) -> None:
         held.append(signum)
 
-    old = {s: signal.signal(s, hold) for s in _STOP_SIGNALS}
     try:
-        yield
+        with _stop_handlers(hold) as old:
+            yield
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
         if held and act_after:
             prev = old[signal.Signals(held[0])]
             if callable(prev):
@@ -177,9 +175,16 @@ def interrupts() -> Iterator[None]:
     """Inside: SIGINT and SIGTERM raise KeyboardInterrupt naming the signal (so cleanup runs),
     and are noted for `pause` (see the module)."""
     _noted.clear()
-    old = {s: signal.signal(s, _interrupted) for s in _STOP_SIGNALS}
-    try:
+    with _stop_handlers(_interrupted):
         yield
+
+
+@contextmanager
+def _stop_handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[dict[signal.Signals, Any]]:
+    """`handler` for SIGINT and SIGTERM inside, the previous ones (yielded) put back on leaving."""
+    old = {s: signal.signal(s, handler) for s in _STOP_SIGNALS}
+    try:
+        yield old
     finally:
         for s, h in old.items():
             signal.signal(s, h)

@@ -361,14 +361,9 @@ def submit_tx(raw: bytes | Tx, svc: Services | None = None) -> str:
     """Store (extended if it is) and enqueue one transaction; returns its txid (display hex)."""
     svc = svc or services()
     tx = parse_tx(raw) if isinstance(raw, bytes) else raw
-    _keep_tx(svc, tx)
+    store_txs([tx], svc)
     send(TX_TASK, tx.txid_hex, f"tx:{tx.txid_hex}", svc)
     return tx.txid_hex
-
-
-def _keep_tx(svc: Services, tx: Tx) -> None:
-    """The tx's bytes in the blob store (its task reads them there)."""
-    svc.blobs.put_if_absent(*_tx_blob(tx))
 
 
 def _tx_blob(tx: Tx) -> tuple[str, bytes]:
