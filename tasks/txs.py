@@ -15,7 +15,7 @@ from chain import ParseError, Tx, hex_to_hash, parse_tx
 from stores.blob.protocol import BlobNotFound, blob_key
 from stores.errors import StorageError, StoreError
 from stores.state import PendingDone
-from workers.chainstate.mempool import apply_tx, apply_txs, rival, waiting_for_parents
+from workers.chainstate.mempool import apply_tx, apply_txs, rival, waiting_for_parents, why_waiting
 from workers.ops import activity, metrics
 from workers.runtime.app import app
 from workers.runtime.outcome import Refused
@@ -38,6 +38,7 @@ def tx_arrived(self: Task, txid: str, ident: str) -> dict[str, Any]:
         if isinstance(made, StoreError):
             if waiting_for_parents(made) and self.request.retries < PARENT_RETRIES:
                 metrics.mempool_tx("waiting")  # (a store's error: count_retry, by its code)
+                svc.registry.waits([(ident, why_waiting(tx, made))])
                 raise self.retry(countdown=min(0.5 * 2 ** self.request.retries, 30))
             log.warning("tx %s rejected: %s", txid, made)
             svc.registry.done(ident, refused=(str(made), rival(made)))
@@ -72,21 +73,22 @@ def txs_arrived(self: Task, txids: list[str], idents: list[str], refused_before:
     try:
         svc = services()  # (first call in a process: opens the stores, which may fail)
         unread: dict[int, str] = {}  # a tx whose stored bytes are gone or bad: refused alone
-        txs: list[Tx] = []
+        txs: dict[int, Tx] = {}
         for k, key in enumerate(keys):
             try:
-                txs.append(parse_tx(svc.blobs.get(blob_key(key, "tx"))))
+                txs[k] = parse_tx(svc.blobs.get(blob_key(key, "tx")))
             except BlobNotFound:
                 unread[k] = "its bytes are not in the blob store: enqueue it again"
             except ParseError as e:
                 unread[k] = f"its stored bytes are not a transaction ({e}): enqueue it again"
-        applied = iter(apply_txs(svc.utxo, txs))
+        applied = iter(apply_txs(svc.utxo, list(txs.values())))
         answers: list[StoreError | bool | str] = [unread[k] if k in unread else next(applied)
                                                  for k in range(len(keys))]
     except StorageError as e:
         raise _again(self, len(txids), e) from e
     done: list[PendingDone] = []
     waiting: list[int] = []
+    why: list[tuple[str, str]] = []  # (ident, what it waits for)
     refused: list[str] = []
     made = known = 0
     last_try = self.request.retries >= PARENT_RETRIES
@@ -98,6 +100,7 @@ def txs_arrived(self: Task, txids: list[str], idents: list[str], refused_before:
         elif isinstance(answer, StoreError):
             if waiting_for_parents(answer) and not last_try:
                 waiting.append(k)
+                why.append((ident, why_waiting(txs[k], answer)))
                 continue
             log.warning("tx %s rejected: %s", txid, answer)
             done.append(PendingDone(ident, refused=(str(answer), rival(answer))))
@@ -107,6 +110,7 @@ def txs_arrived(self: Task, txids: list[str], idents: list[str], refused_before:
             made, known = made + bool(answer), known + (not answer)
     try:
         svc.registry.done_many(done)
+        svc.registry.waits(why)
     except StorageError as e:
         raise _again(self, len(txids), e) from e
     metrics.mempool_tx("accepted", made)

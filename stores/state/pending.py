@@ -9,6 +9,9 @@ Invariants:
   IMMEDIATE; PostgreSQL: FOR UPDATE SKIP LOCKED), so two claims never return the same row unless
   it became due again in between; a row is only ever deleted by `remove_pending`.
 - Times are integer milliseconds since the epoch in the table, seconds (float) in PendingEntry.
+- A pending message may say why it waits (`pending_waits`: a tx whose parents are not in the
+  store yet); that row goes in the same transaction as the message's own, so no finished message
+  is ever shown waiting, and one noted again keeps the time it began to wait.
 """
 
 from __future__ import annotations
@@ -38,6 +41,13 @@ def pending_ddl(dialect: str) -> list[str]:
             sent_at BIGINT NOT NULL,
             broker_run TEXT NOT NULL,
             sends INTEGER NOT NULL
+        )""",
+        # why a pending message waits, where it says (a tx's missing parents): a table apart
+        # from `pending`, so a state store made before it needs nothing but this CREATE
+        """CREATE TABLE IF NOT EXISTS pending_waits (
+            ident TEXT PRIMARY KEY,
+            reason TEXT NOT NULL,
+            since BIGINT NOT NULL
         )""",
     ]
 
@@ -89,10 +99,12 @@ class PendingTable:
 
     def remove_pending_many(self, done: Sequence[PendingDone]) -> None:
         sql = self.db.q("DELETE FROM pending WHERE ident = ?")
+        unwait = self.db.q("DELETE FROM pending_waits WHERE ident = ?")
         note = self.db.q("UPDATE recovery SET accepted = 1 WHERE ident = ?")
 
         def unit(cur: Any) -> None:
             cur.executemany(sql, [(d.ident,) for d in done])
+            cur.executemany(unwait, [(d.ident,) for d in done])
             accepted = [(d.ident,) for d in done if d.accepted]
             if accepted:
                 cur.executemany(note, accepted)
@@ -106,6 +118,42 @@ class PendingTable:
         # deletes, a flag set and a refusal replaced: running it twice is running it once, so a
         # connection lost in its COMMIT is tried again (a `utxo wait` settling blocks meets that)
         self.db.write("remove pending", unit, idempotent=True)
+
+    def note_waiting(self, reasons: Sequence[tuple[str, str]]) -> None:
+        now = _now_ms()
+        sql = self.db.q(
+            "INSERT INTO pending_waits (ident, reason, since) SELECT ?, ?, ? "
+            "WHERE EXISTS (SELECT 1 FROM pending WHERE ident = ?) "
+            "ON CONFLICT (ident) DO UPDATE SET reason = excluded.reason"
+        )
+
+        def unit(cur: Any) -> None:
+            cur.executemany(sql, [(ident, reason, now, ident) for ident, reason in reasons])
+
+        if reasons:  # an upsert: a connection lost in its COMMIT is tried again
+            self.db.write("note waiting", unit, idempotent=True)
+
+    def waiting(
+        self, idents: Sequence[str] | None = None, limit: int = 20
+    ) -> tuple[int, dict[str, tuple[str, float]]]:
+        """See the protocol (StateStore.waiting)."""
+
+        def q(cur: Any) -> tuple[int, list[Any]]:
+            if idents is None:
+                cur.execute("SELECT COUNT(*) FROM pending_waits")
+                n = int(cur.fetchone()[0])
+                cur.execute(self.db.q(f"SELECT ident, reason, since FROM pending_waits "
+                                      f"ORDER BY since LIMIT {int(limit)}"))
+                return n, list(cur.fetchall())
+            rows: list[Any] = []
+            for part in chunks(idents, IN_CHUNK):
+                cur.execute(self.db.q(f"SELECT ident, reason, since FROM pending_waits WHERE ident IN "
+                                      f"({', '.join('?' * len(part))})"), tuple(part))
+                rows += cur.fetchall()
+            return len(rows), sorted(rows, key=lambda r: r[2])[:limit]
+
+        n, rows = self.db.read("pending waits", q)
+        return n, {str(i): (str(r), s / 1000) for i, r, s in rows}
 
     def pending_counts(self) -> dict[str, int]:
         """Messages pending per kind (`utxo status`, `utxo metrics`: a count, not the rows)."""

@@ -262,6 +262,16 @@ class StateStore(Protocol):
     def refusals_since(self, seq: int, limit: int = 1000) -> list[Refusal]:
         """The refusals logged after `seq`, oldest first, at most `limit`."""
 
+    def note_waiting(self, reasons: Sequence[tuple[str, str]]) -> None:
+        """Say why each of these pending messages (ident, reason) waits (a tx's missing
+        parents); one no longer pending is left out, one noted before keeps its first time."""
+
+    def waiting(
+        self, idents: Sequence[str] | None = None, limit: int = 20
+    ) -> tuple[int, dict[str, tuple[str, float]]]:
+        """How many pending messages (of `idents`, or all) say why they wait, and the `limit`
+        that have waited longest: ident → (reason, since: seconds since the epoch)."""
+
     def pending_counts(self) -> dict[str, int]:
         """Messages pending per kind."""
 

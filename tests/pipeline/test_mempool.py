@@ -107,6 +107,39 @@ def test_a_child_enqueued_before_its_parent_waits_for_it(pipeline: Pipeline) -> 
     assert "retry" in pipeline.log("w1")  # it did wait
 
 
+def test_what_waits_for_its_parents_says_so(pipeline: Pipeline) -> None:
+    """A child waiting for two parents that have not come: `utxo wait` times out (1) naming it
+    and what it waits for, `utxo tx` and `utxo status` say the same; once the parents come the
+    child is applied and nothing says it waits any more."""
+    chain, funds, base = seeded(pipeline)
+    p1, p2 = spend((funds[0], 0), n_outputs=2), spend((funds[2], 0))
+    child = spend((p1, 1), (funds[1], 0), (p2, 0), (p1, 0))
+    pipeline.enqueue("tx", [child.raw])
+    why = f"waits for 2 missing parents (the first: {p1.txid_hex})"
+    deadline = time.monotonic() + 30
+    while True:  # the child's task runs, finds no parents and notes why it waits
+        r = pipeline.utxo("wait", "--timeout", "0.5")
+        out = json.loads(r.stdout)
+        if out.get("waiting") or time.monotonic() > deadline:
+            break
+    assert r.returncode == 1 and out["waiting"] == 1, r.stdout + r.stderr
+    assert out["waiting_for"] == [{"id": f"tx:{child.txid_hex}", "reason": why}], out
+    assert f"the longest: tx:{child.txid_hex} {why} (for " in r.stderr, r.stderr
+    t = pipeline.utxo("tx", child.txid_hex)
+    assert t.returncode == 1, t.stderr
+    assert t.stderr.strip().endswith(f"is not in the store: it is pending and {why}"), t.stderr
+    status = json.loads(pipeline.utxo("status", "--json").stdout)
+    assert status["waiting"]["count"] == 1 and status["waiting"]["longest"][0]["reason"] == why, status
+    screen = pipeline.utxo("status").stdout
+    assert "waiting (1)" in screen and "waits for 2 missing parents" in screen, screen
+    pipeline.enqueue("tx", [p1.raw, p2.raw])
+    assert "waiting" not in pipeline.wait()
+    unmined(pipeline, child)
+    status = json.loads(pipeline.utxo("status", "--json").stdout)
+    assert status["waiting"] == {"count": 0, "longest": []}, status
+    assert pipeline.confirmed() == confirmed_model(chain.txs, base)
+
+
 def test_double_spends_of_mempool_txs_by_a_tx_and_by_a_block(pipeline: Pipeline) -> None:
     """A tx double-spending a mempool tx is rejected (the first stays, its spend stands); a
     block that mines the first makes it mined; a block double-spending another mempool tx makes

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from stores.state import PendingEntry, StateStore, open_state_store
+from stores.state import PendingDone, PendingEntry, StateStore, open_state_store
 from tests.processes import race
 
 RUN, OTHER = "run-a", "run-b"  # broker identities (Redis run_ids in real use)
@@ -295,3 +295,25 @@ def test_a_connection_lost_in_the_commit_of_an_idempotent_state_write_is_tried_a
         assert len(seen) == 1
     finally:
         state.close()
+
+
+def test_what_a_pending_message_waits_for_goes_with_it(state: StateStore) -> None:
+    """A reason noted for a pending id is read back (the longest waiting first), noted again
+    it keeps its first time; one for an id not pending is left out; finishing the message
+    (refused or not) takes its reason with it in the same write."""
+    a, b = add(state, "tx", 1), add(state, "tx", 2)
+    state.note_waiting([(a, "waits for 1 missing parent")])
+    time.sleep(0.01)
+    state.note_waiting([(b, "waits for 2 missing parents"), (ident("tx", 9), "not pending")])
+    n, found = state.waiting()
+    assert n == 2 and list(found) == [a, b], found
+    since = found[a][1]
+    assert abs(since - time.time()) < 60
+    state.note_waiting([(a, "waits for 3 missing parents")])
+    n, found = state.waiting([a, ident("tx", 9)])
+    assert n == 1 and found == {a: ("waits for 3 missing parents", since)}
+    assert state.waiting(limit=1) == (2, {a: found[a]})
+    state.remove_pending(a, refused=("given up", None))
+    state.remove_pending_many([PendingDone(b, accepted=True)])
+    assert state.waiting() == (0, {})
+    assert state.waiting([a, b]) == (0, {})

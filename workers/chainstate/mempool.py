@@ -221,6 +221,22 @@ class _Loser(Conflicts):
         self.utxo, self.chunk, self._undo, self._save = utxo, 1000, None, None
 
 
+def why_waiting(tx: Tx, refused: StoreError) -> str:
+    """What a refusal that may pass waits for, in one short line (`utxo wait`, `utxo tx`):
+    `waits for 5,569 missing parents (the first: <txid>)`, and inputs a block's swap holds."""
+    errors = refused.errors if isinstance(refused, SpendRejected) else []
+    missing = list(dict.fromkeys(tx.inputs[vin].prev_txid for vin, e in errors
+                                 if isinstance(e, TxNotFound)))
+    locked = sum(isinstance(e, TxLocked) for _vin, e in errors)
+    parts = []
+    if missing:
+        parts.append(f"waits for {len(missing):,} missing parent{'s' if len(missing) > 1 else ''} "
+                     f"(the first: {hash_to_hex(missing[0])})")
+    if locked:
+        parts.append(f"{locked:,} input{'s' if locked > 1 else ''} locked a moment by a block's swap")
+    return "; ".join(parts) or str(refused)[:300]
+
+
 def waiting_for_parents(refused: StoreError) -> bool:
     """Whether a refusal may pass by itself: a parent not in the store yet, or locked a moment
     (a block's conflict swap) — not a double spend or a bad input."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
+from functools import partial
 from typing import Any
 
 import click
@@ -95,7 +97,9 @@ def beat_cmd(obj: Context, loglevel: str) -> None:
 @click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, help="Seconds.")
 @click.pass_obj
 def wait_cmd(obj: Context, timeout: float) -> int:
-    """Return once everything enqueued so far has been processed (0), or on timeout (1); 4 when
+    """Return once everything enqueued so far has been processed (0), or on timeout (1: what
+    still waits for a missing parent is counted in "waiting" and the longest listed in
+    "waiting_for", each with what it waits for); 4 when
     it was, and something was refused that no earlier wait reported (a block invalid, a
     transaction rejected, also before this wait began): each listed in "refusals" (the first
     REFUSALS_LISTED, with the rival where one holds what it wanted), counted in "refused" and
@@ -107,7 +111,7 @@ def wait_cmd(obj: Context, timeout: float) -> int:
     reg = Registry(state)  # in the state store: it outlives a restart of the broker
     try:
         settled = BlockSettled(state)
-        with Reporter() as rep, WaitProgress(rep) as progress:
+        with Reporter() as rep, WaitProgress(rep, partial(_why, state)) as progress:
             # (a block the tip has passed counts as done at once, though its id is only let go
             # once the holder's pass ends)
             done = reg.wait(timeout, settled=settled,
@@ -116,6 +120,7 @@ def wait_cmd(obj: Context, timeout: float) -> int:
         finished = [i for i in reg.waited if i not in still]
         refused, mark = reg.unreported(finished)
         n_orphans, orphans = reg.orphans(REFUSALS_LISTED)
+        n_waits, waits = state.waiting(sorted(still), REFUSALS_LISTED) if still else (0, {})
         if done:
             reg.reported(mark)
     finally:
@@ -126,6 +131,12 @@ def wait_cmd(obj: Context, timeout: float) -> int:
         out["orphan_blocks"] = [{"hash": e.hash[::-1].hex(), "parent": e.parent[::-1].hex()} for e in orphans]
         log(f"{n_orphans} block(s) wait as orphans, their parent unknown: enqueue it to go on "
             f"(the last: {orphans[0].hash[::-1].hex()}, parent {orphans[0].parent[::-1].hex()})")
+    if waits:  # not done: what still waits says why, where it can (a tx's missing parents)
+        out["waiting"] = n_waits
+        out["waiting_for"] = [{"id": i, "reason": r} for i, (r, _t) in waits.items()]
+        longest, (reason, since) = next(iter(waits.items()))
+        log(f"{n_waits} pending message(s) wait for what has not come; the longest: {longest} "
+            f"{reason} (for {max(0.0, time.time() - since):,.0f} s)")
     if refused:
         out["refusals"] = [r.to_json() for r in refused[:REFUSALS_LISTED]]
         first = refused[0]
@@ -135,6 +146,14 @@ def wait_cmd(obj: Context, timeout: float) -> int:
     if not done:
         return EXIT_NOT_FOUND
     return EXIT_REFUSED if refused else EXIT_OK
+
+
+def _why(state: StateStore, kind: str) -> str:
+    """What pending messages of a kind wait for, for a progress line: `3 wait for missing parents`."""
+    if kind != "tx":  # (blocks waiting for a parent are orphans: named when the wait ends)
+        return ""
+    n, _longest = state.waiting(None, 0)
+    return f"{n:,} wait for missing parents" if n else ""
 
 
 def _state(obj: Context) -> StateStore:

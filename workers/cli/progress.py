@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -53,12 +54,13 @@ class Reporter:
 
     @contextmanager
     def step(
-        self, description: str, total: int | None, unit: str, every: float | None = None
+        self, description: str, total: int | None, unit: str, every: float | None = None,
+        detail: Callable[[], str] | None = None,
     ) -> Iterator[Callable[[int], None]]:
         """Yields `advance(n)` (n may be 0: the time passes); logs the step's count and rate when
         it ends without error, and with `every`, when stderr is no terminal, a line of progress
-        (done, pending, rate, time left) at the first advance and then at most every `every`
-        seconds."""
+        (done, pending, rate, time left, and `detail()` where it says something) at the first
+        advance and then at most every `every` seconds."""
         task = self.progress.add_task(description, total=total, rate="")
         start = time.perf_counter()
         last = start - (every or 0.0)  # the first advance says where the step starts
@@ -73,7 +75,8 @@ class Reporter:
             self.progress.update(task, advance=n, **fields)
             if every is not None and not self.interactive and now - last >= every:
                 last = now
-                log(f"{description}: {_so_far(done, total, unit, elapsed)}")
+                more = detail() if detail is not None and done != total else ""
+                log(f"{description}: {_so_far(done, total, unit, elapsed)}{'; ' + more if more else ''}")
 
         yield advance
         elapsed = time.perf_counter() - start
@@ -86,12 +89,14 @@ class Reporter:
 
 class WaitProgress:
     """`utxo wait`'s progress: a step per kind of message waited for (blocks, txs), counted from
-    the ids the registry reports still waited for (workers.runtime.registry.Registry.wait)."""
+    the ids the registry reports still waited for (workers.runtime.registry.Registry.wait).
+    `why(kind)`, asked only when a plain line is logged, says what those of a kind wait for."""
 
     EVERY_S = 10.0  # seconds between plain progress lines (stderr no terminal)
 
-    def __init__(self, rep: Reporter) -> None:
+    def __init__(self, rep: Reporter, why: Callable[[str], str] | None = None) -> None:
         self.rep = rep
+        self.why = why
         self.steps: list[ExitStack] = []  # one per kind: closed in the order they were opened
         self.totals: dict[str, int] | None = None
         self.done: dict[str, int] = {}
@@ -111,8 +116,9 @@ class WaitProgress:
             for kind, n in sorted(left.items()):
                 self.done[kind] = 0
                 self.steps.append(ExitStack())
+                detail = None if self.why is None else partial(self.why, kind)
                 self.advance[kind] = self.steps[-1].enter_context(
-                    self.rep.step("wait", n, f"{kind}s", every=self.EVERY_S))
+                    self.rep.step("wait", n, f"{kind}s", every=self.EVERY_S, detail=detail))
         for kind, total in self.totals.items():
             now = total - left.get(kind, 0)
             self.advance[kind](now - self.done[kind])

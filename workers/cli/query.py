@@ -72,20 +72,23 @@ def tx_cmd(obj: Context, txid: str) -> None:
 
 
 def _refused(obj: Context, txid: bytes) -> str:
-    """Why the tx was refused, when the state store logged it (stores/state/refusals.py)."""
+    """Why the tx was refused, when the state store logged it (stores/state/refusals.py), or
+    what it waits for while it is pending (its parents)."""
     from stores.errors import StoreError
 
     try:
         state = obj.open_state(create=False)
     except StoreError:  # no state store (a store used without workers): nothing to tell
         return ""
+    ident = f"tx:{hash_to_hex(txid)}"
     try:
-        found = state.refusals([f"tx:{hash_to_hex(txid)}"])
+        found = state.refusals([ident])
+        _n, waits = state.waiting([ident]) if not found else (0, {})
     finally:
         state.close()
     r = next(iter(found.values()), None)
-    if r is None:
-        return ""
+    if r is None:  # not refused: pending, maybe waiting for its parents
+        return f": it is pending and {waits[ident][0]}" if ident in waits else ""
     rival = f"; {r.rival} holds what it wanted" if r.rival else ""
     return f": it was refused ({r.reason}{rival})"
 

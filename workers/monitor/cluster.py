@@ -83,6 +83,7 @@ def _from_state(state: StateStore) -> dict[str, Any]:
             "holder": state.lease_holder(LEASE),
         },
         "pending": state.pending_counts(),
+        "waiting": _waiting(state),
         "refused": {  # the last refusals (`utxo wait` and `utxo tx` say more of one)
             "blocks": [e.to_json() for e in state.last_blocks(BlockStatus.INVALID, REFUSALS_SHOWN)],
             "txs": [r.to_json() for r in state.last_refusals(REFUSALS_SHOWN)],
@@ -95,6 +96,14 @@ def _from_state(state: StateStore) -> dict[str, Any]:
         },
         "recovery": {"leader": shown_leader(state), "states": rec["states"], "outcomes": rec["outcomes"]},
     }
+
+
+def _waiting(state: StateStore) -> dict[str, Any]:
+    """Pending messages that say what they wait for (a tx's missing parents): how many, and the
+    ones waiting longest."""
+    n, longest = state.waiting(None, REFUSALS_SHOWN)
+    return {"count": n, "longest": [{"id": i, "reason": r, "since": round(t, 3)}
+                                    for i, (r, t) in longest.items()]}
 
 
 def queue_length(r: redis.Redis, name: str) -> int:

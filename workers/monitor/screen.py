@@ -64,6 +64,10 @@ def _chain(grid: Table, snap: dict[str, Any]) -> None:
     pending = snap["pending"]
     grid.add_row("pending", f"blocks {pending.get('block', 0):,}   txs {pending.get('tx', 0):,}"
                             "   (enqueued, not finished)")
+    waiting = snap.get("waiting") or {}
+    for k, w in enumerate(waiting.get("longest", [])):  # the longest waiting first
+        head = f"waiting ({waiting['count']:,})" if k == 0 else ""
+        grid.add_row(head, Text(f"{_short(w['id'].partition(':')[2])}: {w['reason']}"[:160], style="cyan"))
     refused = snap.get("refused") or {}
     said = [f"block {_short(b['hash'])} at {_n(b['height'])}: {b.get('reason', '')}"
             for b in refused.get("blocks", [])]

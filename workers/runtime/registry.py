@@ -71,6 +71,10 @@ class Registry:
     def pending(self) -> set[str]:
         return {e.ident for e in self.state.pending()}
 
+    def waits(self, reasons: Sequence[tuple[str, str]]) -> None:
+        """Why these pending ids wait (ident, reason): `utxo wait` and `utxo tx` say it."""
+        self.state.note_waiting(reasons)
+
     def done_blocks(self, hashes: list[bytes]) -> None:
         """The ids of these blocks, settled by a pass of the chain that ended at rest."""
         for h in hashes:
