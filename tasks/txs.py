@@ -11,8 +11,7 @@ from typing import Any
 
 from celery import Task
 
-from chain import ParseError, Tx, hex_to_hash, parse_tx
-from stores.blob.protocol import BlobNotFound, blob_key
+from chain import hex_to_hash
 from stores.errors import StorageError, StoreError
 from stores.state import PendingDone
 from workers.chainstate.mempool import apply_tx, apply_txs, rival, waiting_for_parents, why_waiting
@@ -20,6 +19,7 @@ from workers.ops import activity, metrics
 from workers.runtime.app import app
 from workers.runtime.outcome import Refused
 from workers.runtime.services import services
+from workers.runtime.txsource import Unread, load_txs
 
 log = logging.getLogger("utxoflow.tasks")
 PARENT_RETRIES = 20  # a tx whose parents have not arrived waits this many times, then is reported
@@ -33,7 +33,12 @@ def tx_arrived(self: Task, txid: str, ident: str) -> dict[str, Any]:
     with its rival, and shown failed in Flower."""
     try:
         svc = services()  # (first call in a process: opens the stores, which may fail)
-        tx = parse_tx(svc.blobs.get(blob_key(hex_to_hash(txid), "tx")))
+        (tx,) = load_txs(svc, [hex_to_hash(txid)])
+        if isinstance(tx, Unread):
+            log.warning("tx %s rejected: %s", txid, tx.why)
+            svc.registry.done(ident, refused=(tx.why, None))
+            metrics.mempool_tx("rejected")
+            raise Refused(f"tx {txid} rejected: {tx.why}")
         made = apply_tx(svc.utxo, tx)
         if isinstance(made, StoreError):
             if waiting_for_parents(made) and self.request.retries < PARENT_RETRIES:
@@ -72,15 +77,9 @@ def txs_arrived(self: Task, txids: list[str], idents: list[str], refused_before:
         raise Refused(f"a batch of txs names a txid that is not one: {e}") from None
     try:
         svc = services()  # (first call in a process: opens the stores, which may fail)
-        unread: dict[int, str] = {}  # a tx whose stored bytes are gone or bad: refused alone
-        txs: dict[int, Tx] = {}
-        for k, key in enumerate(keys):
-            try:
-                txs[k] = parse_tx(svc.blobs.get(blob_key(key, "tx")))
-            except BlobNotFound:
-                unread[k] = "its bytes are not in the blob store: enqueue it again"
-            except ParseError as e:
-                unread[k] = f"its stored bytes are not a transaction ({e}): enqueue it again"
+        loaded = load_txs(svc, keys)  # (a tx whose stored bytes are gone or bad: refused alone)
+        unread = {k: t.why for k, t in enumerate(loaded) if isinstance(t, Unread)}
+        txs = {k: t for k, t in enumerate(loaded) if not isinstance(t, Unread)}
         applied = iter(apply_txs(svc.utxo, list(txs.values())))
         answers: list[StoreError | bool | str] = [unread[k] if k in unread else next(applied)
                                                  for k in range(len(keys))]

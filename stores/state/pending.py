@@ -17,13 +17,14 @@ Invariants:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stores.sqldb import Database, chunks, increasing_key
 from stores.state.protocol import PENDING_KINDS, PendingDone, PendingEntry
 from stores.state.recovery import insert_sql
 from stores.state.refusals import forget_refusal, note_refusal
+from stores.state.txbytes import keep_tx_bytes
 
 COLS = "ident, kind, key, seq, enqueued_at, sent_at, broker_run, sends"
 IN_CHUNK = 500  # ids per `IN (…)` list: well below either database's parameter limit
@@ -70,7 +71,10 @@ class PendingTable:
     def add_pending(self, ident: str, kind: str, key: str, broker_run: str) -> None:
         self.add_pending_many([(ident, kind, key)], broker_run)
 
-    def add_pending_many(self, entries: Sequence[tuple[str, str, str]], broker_run: str) -> None:
+    def add_pending_many(
+        self, entries: Sequence[tuple[str, str, str]], broker_run: str,
+        kept: Mapping[str, bytes] | None = None,
+    ) -> None:
         for _ident, kind, _key in entries:
             if kind not in PENDING_KINDS:
                 raise ValueError(f"pending kind must be one of {PENDING_KINDS}, got {kind!r}")
@@ -88,6 +92,7 @@ class PendingTable:
             txs = [(ident, kind, key, now) for ident, kind, key in entries if kind == "tx"]
             if txs:
                 cur.executemany(recover, txs)
+            keep_tx_bytes(self.db, cur, kept or {})  # (stores/state/txbytes.py)
 
         # upserts: a connection lost in its COMMIT is tried again too (at worst a send counted twice)
         self.db.write("add pending", unit, idempotent=True)

@@ -232,8 +232,19 @@ class StateStore(Protocol):
         pending keeps its place and enqueued time; its sent time, run and count are updated.
         A tx also gets its recovery entry (`recovery_add`), in the same transaction."""
 
-    def add_pending_many(self, entries: Sequence[tuple[str, str, str]], broker_run: str) -> None:
-        """`add_pending` of each (ident, kind, key), in one transaction (a batch of messages)."""
+    def add_pending_many(
+        self, entries: Sequence[tuple[str, str, str]], broker_run: str,
+        kept: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """`add_pending` of each (ident, kind, key), in one transaction (a batch of messages);
+        `kept`: the bytes of transactions among them (ident → bytes), kept in that transaction
+        while they may be needed (stores/state/txbytes.py)."""
+
+    def tx_bytes(self, idents: Sequence[str]) -> dict[str, bytes]:
+        """The bytes kept for these message ids (those that have any)."""
+
+    def sweep_tx_bytes(self) -> int:
+        """Delete the bytes no pending message or pending recovery entry needs; how many."""
 
     def remove_pending(
         self, ident: str, accepted: bool = False, refused: tuple[str, str | None] | None = None

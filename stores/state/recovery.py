@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stores.sqldb import Database, increasing_key
+from stores.state.txbytes import drop_tx_bytes
 
 KINDS = ("tx", "creation")
 PENDING = "pending"
@@ -176,6 +177,8 @@ class RecoveryTable:
                 )
             if cur.rowcount != 1:
                 return False
+            if status in TERMINAL:  # nobody applies it again: its bytes go (stores/state/txbytes.py)
+                drop_tx_bytes(self.db, cur, ident)
             cur.execute(count, (kind, outcome.partition(":")[0], 1))
             return True
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,6 +26,7 @@ from stores.state.prunejobs import PruneJobs, prune_ddl
 from stores.state.recovery import RecoveryTable, recovery_ddl
 from stores.state.refusals import RefusalLog, refusals_ddl
 from stores.state.sessionlock import AdvisoryLock
+from stores.state.txbytes import TxBytes, txbytes_ddl
 
 log = logging.getLogger("utxoflow.state")
 
@@ -73,6 +75,19 @@ def _ddl(blob: str, bigint: str) -> list[str]:
     ]
 
 
+def state_ddl(dialect: str, blob: str, bigint: str) -> list[str]:
+    """Every statement that makes a state store's tables and indexes (IF NOT EXISTS)."""
+    extra = pending_ddl(dialect) + prune_ddl(dialect) + recovery_ddl(dialect) + refusals_ddl(dialect)
+    return _ddl(blob, bigint) + extra + txbytes_ddl(blob)
+
+
+def state_tables() -> list[str]:
+    """The names of a state store's tables (a test database drops them between tests)."""
+    statements = state_ddl("sqlite", "BLOB", "INTEGER")
+    made = (re.match(r"\s*CREATE TABLE IF NOT EXISTS (\w+)", s) for s in statements)
+    return [m.group(1) for m in made if m]
+
+
 def _work(w: int | None) -> str | None:
     if w is None:
         return None
@@ -88,7 +103,7 @@ def _entry(r: Any) -> BlockEntry:
     )
 
 
-class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable, RefusalLog):
+class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable, RefusalLog, TxBytes):
     def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = url
         self._create = create
@@ -111,9 +126,7 @@ class SqlStateStore(ChunkBoardMixin, PendingTable, PruneJobs, RecoveryTable, Ref
                 raise StorageError(f"no state store at {self.db.url_safe}")
         # a store made before `pending` existed gains the table here: nothing else changed, so the
         # schema version stays
-        d = self.db.dialect
-        extra = pending_ddl(d) + prune_ddl(d) + recovery_ddl(d) + refusals_ddl(d)
-        for stmt in _ddl(self.db.blob, self.db.bigint) + extra:
+        for stmt in state_ddl(self.db.dialect, self.db.blob, self.db.bigint):
             cur.execute(stmt)
         cur.execute(self.db.q("SELECT value FROM chain WHERE key = 'schema'"))
         r = cur.fetchone()

@@ -12,17 +12,14 @@ import pytest
 
 from stores.blob import open_blob_store
 from stores.state import open_state_store
+from stores.state.sql import state_tables
 from stores.utxo import open_utxo_store
 from tests.aerospike_server import drop_set, new_url
 from tests.conftest import PG_ADMIN
 from workers.chainstate.sequencer import Sequencer
 
 BACKENDS = ["sqlite", "postgresql"]
-TABLES = (
-    "txs", "tx_pages", "tx_creations", "meta", "tx_locks", "script_utxos", "blocks", "chain", "undo",
-    "leases", "pending",
-    "chunks", "prune_jobs", "recovery", "recovery_counts", "commitments", "deltas",
-)
+TABLES = ("txs", "tx_pages", "tx_creations", "meta", "tx_locks", "script_utxos", *state_tables())
 
 
 @pytest.fixture(params=BACKENDS)

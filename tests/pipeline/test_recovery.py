@@ -64,7 +64,7 @@ def test_every_transition_of_a_mempool_tx(pipeline: Pipeline) -> None:
     b = spend((funds[0], 0), n_outputs=2)  # a's rival
     c, e = spend((ghost, 0)), spend((funds[2], 0))
 
-    # c and e: enqueued (blob written, entry registered), their messages then lost
+    # c and e: enqueued (bytes kept, entry registered), their messages then lost
     pipeline.enqueue("tx", raws(c, e))
     assert pipeline.redis.llen("txs") == 1  # (one message: a batch of the two)
     pipeline.redis.delete("txs")
@@ -121,6 +121,11 @@ def test_every_transition_of_a_mempool_tx(pipeline: Pipeline) -> None:
     assert status["leader"] is None  # --once lets go when done
     assert status["last"][0]["ident"] == ident(f)
     assert ident(c) not in pipeline.pending()  # the orphan's message has nothing left to do
+    state = pipeline.open_state()  # the bytes kept: only what may still be applied again
+    try:
+        assert set(state.tx_bytes([ident(t) for t in (a, b, c, d, e, f)])) == {ident(f)}
+    finally:
+        state.close()
 
 
 def test_a_refusal_a_block_overturns_and_an_immature_spend_end_confirmed(pipeline: Pipeline) -> None:

@@ -19,7 +19,6 @@ import pytest
 
 from chain import Tx
 from stores.blob import open_blob_store
-from stores.blob.protocol import blob_key
 from stores.state import open_state_store
 from stores.state.recovery import RecoveryEntry
 from stores.utxo import BlockInfo, SpendRejected, TxConflicting, UtxoSpent, open_utxo_store
@@ -282,7 +281,7 @@ def test_the_recovery_manager_checks_an_unmined_records_inputs(seq: Sequencer, t
     other spend released (found by review: it said "unmined" for ever)."""
     w, m, x = lost_after_its_record(seq)
     o1, o2 = (w.funds[1].txid, 0), (w.funds[2].txid, 0)
-    svc = SimpleNamespace(utxo=seq.utxo, blobs=seq.blobs, settings=Settings())
+    svc = SimpleNamespace(utxo=seq.utxo, blobs=seq.blobs, state=seq.state, settings=Settings())
     verdict = handle(svc, entry(m, time.time()))  # type: ignore[arg-type]
     # checked again until the grace has passed (a block may yet mine m), then deleted
     assert verdict.status == "pending" and verdict.outcome.startswith("conflicting: checked again"), verdict
@@ -303,8 +302,10 @@ def test_an_orphan_frees_what_its_dead_attempt_held(seq: Sequencer) -> None:
     m = spend((w.funds[1], 0), (ghost, 0))
     (spent,) = seq.utxo.spend_many([m], seq.utxo.current_height() + 1, missing_ok=True)
     assert isinstance(spent, list) and [s.txid for s in spent] == [o1[0]]  # (its attempt)
-    assert seq.blobs.put_if_absent(blob_key(m.txid, "tx"), m.raw)  # as `utxo enqueue` keeps it
-    svc = SimpleNamespace(utxo=seq.utxo, blobs=seq.blobs, settings=Settings(recovery_not_found_grace=60))
+    ident = f"tx:{m.txid_hex}"  # its bytes kept with its registration, as `utxo enqueue` keeps them
+    seq.state.add_pending_many([(ident, "tx", m.txid_hex)], "run", {ident: m.raw})
+    svc = SimpleNamespace(utxo=seq.utxo, blobs=seq.blobs, state=seq.state,
+                          settings=Settings(recovery_not_found_grace=60))
     young = handle(svc, entry(m, time.time()))  # type: ignore[arg-type]
     assert young.status == "pending" and seq.utxo.spenders([o1]) == {o1: m.txid}
     old = handle(svc, entry(m, time.time() - 120))  # type: ignore[arg-type]
@@ -380,7 +381,7 @@ def test_the_recovery_manager_makes_an_escaped_child_conflicting(seq: Sequencer,
     w.add([spend((w.funds[1], 0), fee=2000)])
     (made,) = seq.utxo.create_many([c], height)  # the record, its check never run
     assert not isinstance(made, Exception) and not seq.utxo.get(c.txid).conflicting
-    svc = SimpleNamespace(utxo=seq.utxo, blobs=seq.blobs, settings=Settings())
+    svc = SimpleNamespace(utxo=seq.utxo, blobs=seq.blobs, state=seq.state, settings=Settings())
     # (enqueued an hour ago: past the grace, the verdict is final)
     verdict = handle(svc, entry(c, time.time() - 3600))  # type: ignore[arg-type]
     assert verdict.status == "deleted" and f"spends conflicting tx {p.txid_hex}" in verdict.outcome, verdict

@@ -22,11 +22,13 @@ from stores.blob.protocol import blob_key
 from stores.errors import ProcessingError
 from stores.utxo import SpendRejected, TxNotFound, UtxoSpent, UtxoStore, open_utxo_store
 from tests.aerospike_server import drop_set, needs_aerospike, new_url
-from tests.pipeline.chains import funding, seed, spend
+from tests.pipeline.chains import funding, script, seed, spend
 from tests.pipeline.conftest import drop_tables
 from tests.pipeline.redis_server import RedisServer, broker_fixture  # noqa: F401  (the fixture)
 from tests.pipeline.workers import Pipeline, children, faults, pipeline_fixture, until  # noqa: F401
 from workers.chainstate.mempool import apply_txs, runs
+from workers.runtime.ingest import TX_BATCH
+from workers.runtime.txsource import INLINE_TX_MAX
 
 Outpoint = tuple[bytes, int]
 
@@ -277,23 +279,54 @@ def test_a_burst_spreads_over_the_workers(pipeline: Pipeline) -> None:
         assert "Task utxoflow.txs.arrived[txs-" in pipeline.log(name), pipeline.log(name)
 
 
+def big(*outs: tuple[Tx, int], fee: int = 1000) -> Tx:
+    """A spend too large to travel with its registration (its bytes go to the blob store): a
+    data-carrier output over INLINE_TX_MAX."""
+    total = sum(t.outputs[v].satoshis for t, v in outs) - fee
+    data = b"\x00\x6a\x4e" + (INLINE_TX_MAX + 1).to_bytes(4, "little") + bytes(INLINE_TX_MAX + 1)
+    return build_tx([spend_input(t, v) for t, v in outs], [(total, script()), (0, data)])
+
+
+def kept_bytes(pipeline: Pipeline, change: str, params: tuple[object, ...] = ()) -> None:
+    """Change the state store's kept tx bytes (fault injection: `change` is a statement)."""
+    state = pipeline.open_state()
+    try:
+        state.db.write("test", lambda cur: cur.execute(state.db.q(change), params))  # type: ignore[attr-defined]
+    finally:
+        state.close()
+
+
 @pytest.mark.timeout(120)
 def test_a_tx_whose_stored_bytes_are_gone_or_bad_is_refused_alone(pipeline: Pipeline) -> None:
-    """In a batch of five, one tx's bytes are deleted from the blob store and another's are
-    garbage: those two are refused, each saying so (enqueue it again); the other three are
-    accepted; the batch is not retried for ever over them."""
-    funds = funding(5)
+    """In a batch of seven (two of them large, so in the blob store), one small tx's bytes are
+    gone from the state store, another's are garbage, a large one's blob is gone and another's
+    is garbage: those four are refused, each saying so (enqueue it again); the other three are
+    accepted; the batch is not retried for ever over them. The bytes travel as the module says:
+    the small ones' in the state store only, the large ones' in the blob store only."""
+    funds = funding(7)
     pipeline.seed(funds)
-    txs = [spend((f, 0)) for f in funds]
+    txs = [spend((f, 0)) for f in funds[:5]] + [big((f, 0)) for f in funds[5:]]
     pipeline.enqueue("tx", [t.raw for t in txs])
     blobs = tmp_blobs(pipeline)
-    (blobs / blob_key(txs[1].txid, "tx")).unlink()
-    (blobs / blob_key(txs[3].txid, "tx")).write_bytes(b"not a transaction")
+    assert [(blobs / blob_key(t.txid, "tx")).is_file() for t in txs] == [False] * 5 + [True] * 2
+    state = pipeline.open_state()
+    try:
+        kept = state.tx_bytes([f"tx:{t.txid_hex}" for t in txs])
+    finally:
+        state.close()
+    assert kept == {f"tx:{t.txid_hex}": t.raw for t in txs[:5]}
+    kept_bytes(pipeline, "DELETE FROM tx_bytes WHERE ident = ?", (f"tx:{txs[1].txid_hex}",))
+    garbage = (b"not a tx", f"tx:{txs[3].txid_hex}")
+    kept_bytes(pipeline, "UPDATE tx_bytes SET raw = ? WHERE ident = ?", garbage)
+    (blobs / blob_key(txs[5].txid, "tx")).unlink()
+    (blobs / blob_key(txs[6].txid, "tx")).write_bytes(txs[0].raw)  # another tx's bytes
     pipeline.start_worker("w1")
-    out = pipeline.wait(60, refused=2)
+    out = pipeline.wait(60, refused=4)
     reasons = {r["key"]: r["reason"] for r in out["refusals"]}
-    assert "not in the blob store" in reasons[txs[1].txid_hex], out
+    assert "kept neither with its registration nor in the blob store" in reasons[txs[1].txid_hex], out
     assert "not a transaction" in reasons[txs[3].txid_hex], out
+    assert "kept neither" in reasons[txs[5].txid_hex], out
+    assert f"another tx ({txs[0].txid_hex})" in reasons[txs[6].txid_hex], out
     store = pipeline.open_utxo()
     try:
         assert store.existing([t.txid for t in txs]) == {txs[k].txid for k in (0, 2, 4)}
@@ -303,36 +336,40 @@ def test_a_tx_whose_stored_bytes_are_gone_or_bad_is_refused_alone(pipeline: Pipe
 
 @pytest.mark.timeout(180)
 def test_a_blob_store_failing_mid_file_says_how_far_it_got(pipeline: Pipeline) -> None:
-    """`utxo enqueue tx` stores batches ahead of the one it sends: a blob store that fails on
-    the txs of one shard of the third batch ends it with one line naming a blob there (exit 2)
-    after the two batches before were sent (their lines printed); nothing of the third is
-    registered; the same file enqueued again once the store works sends the rest, and the
-    burst completes."""
-    b = make_burst(17, 700, double_spends=0.0)
-    pipeline.seed(b.funds)
+    """`utxo enqueue tx` stores the large txs of batches ahead of the one it sends: a blob store
+    that fails on the txs of one shard of the third batch ends it with one line naming a blob
+    there (exit 2) after the two batches before were sent (their lines printed); nothing of the
+    third is registered; the same file enqueued again once the store works sends the rest, and
+    all of it is applied."""
+    funds = funding(2 * TX_BATCH + 10)
+    pipeline.seed(funds)  # (the third batch: ten large txs)
+    txs = [spend((f, 0)) for f in funds[:2 * TX_BATCH]] + [big((f, 0)) for f in funds[2 * TX_BATCH:]]
 
     def shard_of(t: Tx) -> str:
         return blob_key(t.txid, "tx").split("/")[0]
 
-    early = {shard_of(t) for t in b.txs[:500]}  # (the first two batches: written before the fault)
-    shard = tmp_blobs(pipeline) / next(shard_of(t) for t in b.txs[500:750] if shard_of(t) not in early)
+    shard = tmp_blobs(pipeline) / shard_of(txs[-1])  # (the first two batches write no blob)
     shard.parent.mkdir(parents=True, exist_ok=True)
     shard.write_bytes(b"a file where the shard's directory must go")
     path = pipeline.tmp / "burst.hex"
-    path.write_text("".join(t.raw.hex() + "\n" for t in b.txs))
+    path.write_text("".join(t.raw.hex() + "\n" for t in txs))
     r = pipeline.utxo("enqueue", "tx", path.name)
     assert r.returncode == 2, r.stderr
     said = r.stderr.strip().splitlines()[-1]
     assert said.startswith(f"utxo: error: [STORAGE_ERROR] blob {shard.name}/"), r.stderr
-    assert any(blob_key(t.txid, "tx") in said for t in b.txs[500:750]), said  # (one of the third's)
+    assert any(blob_key(t.txid, "tx") in said for t in txs[2 * TX_BATCH:]), said  # (one of the third's)
     sent = [json.loads(line)["txid"] for line in r.stdout.splitlines()]
-    assert sent == [t.txid_hex for t in b.txs[:500]]
+    assert sent == [t.txid_hex for t in txs[:2 * TX_BATCH]]
     assert pipeline.pending() == {f"tx:{t}" for t in sent}
     shard.unlink()
     pipeline.start_worker("w1")
-    assert len(pipeline.enqueue("tx", [t.raw for t in b.txs])) == len(b.txs)
+    assert len(pipeline.enqueue("tx", [t.raw for t in txs])) == len(txs)
     pipeline.wait(120)
-    check_burst(pipeline, b)
+    store = pipeline.open_utxo()
+    try:
+        assert store.existing([t.txid for t in txs]) == {t.txid for t in txs}
+    finally:
+        store.close()
 
 
 def tmp_blobs(pipeline: Pipeline) -> Path:

@@ -17,8 +17,9 @@ A tx entry (`tx:<txid>`, a mempool tx enqueued) ends
 - and stays pending otherwise (unmined, or not found yet), checked again at a later scan.
 An unmined record's inputs are checked to be its own at every scan (`mempool.hold_inputs`: a
 check its task never finished), and a tx found `orphan` frees what a dead attempt of it left.
-A tx with no record whose bytes are in the blob store and that was never accepted is applied
-again here (workers/chainstate/mempool.py: idempotent). A master still `creating` is finished first.
+A tx with no record whose bytes are kept (workers/runtime/txsource.py) and that was never
+accepted is applied again here (workers/chainstate/mempool.py: idempotent). A master still
+`creating` is finished first.
 
 A creation entry (`creation:<txid>`) is finished from its blob (`complete_creation`); a lapsed
 lock that left neither a record nor a blob is cleared. Either way the entry goes (`done`).
@@ -34,14 +35,14 @@ import logging
 import time
 from typing import Any, NamedTuple
 
-from chain import ParseError, hex_to_hash, parse_tx
-from stores.blob.protocol import BlobNotFound, blob_key
+from chain import hex_to_hash
 from stores.errors import StorageError, StoreError
 from stores.state.recovery import DONE, PENDING, RecoveryEntry
 from stores.utxo import SpendRejected, TxCoinbaseImmature, TxLocked, TxNotFound
 from workers.chainstate.mempool import apply_tx, give_up, hold_inputs, waiting_for_parents
 from workers.ops import metrics
 from workers.runtime.services import Services
+from workers.runtime.txsource import Unread, load_txs
 
 log = logging.getLogger("utxoflow.recovery")
 
@@ -67,14 +68,11 @@ def _tx(svc: Services, entry: RecoveryEntry) -> Verdict:
         return verdict
     if entry.accepted:
         return Verdict("deleted", "deleted: its record was removed after it was made")
-    try:
-        raw = svc.blobs.get(blob_key(txid, "tx"))
-    except BlobNotFound:
-        return _not_found(svc, entry, "no record and no blob")
-    try:
-        tx = parse_tx(raw)
-    except ParseError as e:
-        return Verdict("deleted", f"deleted: its blob does not parse ({e})")
+    (tx,) = load_txs(svc, [txid])
+    if isinstance(tx, Unread):
+        if tx.missing:  # (they may still come: the tx enqueued again)
+            return _not_found(svc, entry, "no record and no bytes kept")
+        return Verdict("deleted", f"deleted: {tx.why}")
     applied = apply_tx(svc.utxo, tx)  # (the refusal, or whether this call made the record)
     if not isinstance(applied, StoreError):
         svc.registry.done(entry.ident, accepted=True)

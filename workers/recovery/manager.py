@@ -108,6 +108,11 @@ class RecoveryManager:
         # creation is only found once its lock has lapsed anyway
         if self.half_done is not None and self._due("creations", self.s.recovery_lease):
             report["creations"] = self._step("finding half-done creations", self._creations)
+        # the bytes of txs nobody will apply again (stores/state/txbytes.py): most go with their
+        # entry's release; this takes the rest, once a lease (a scan of a mempool-sized table)
+        if self._due("tx_bytes", self.s.recovery_lease):
+            report["tx_bytes"] = self._step("dropping the bytes of finished txs",
+                                            lambda: {"dropped": self.state.sweep_tx_bytes()})
         holder = f"{self.instance}/{self._scans}:{uuid.uuid4().hex[:8]}"
         claimed = self.state.recovery_claim(
             holder, self.s.recovery_lease, self.s.recovery_ttl, self.s.recovery_batch_size

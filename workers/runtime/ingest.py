@@ -7,7 +7,8 @@ Invariants:
   transaction is submitted. A refusal (InputError) names the input and the place in it in words:
   line and column of hex text, record of a blk*.dat file, block number and hash.
 - The blob is written (write-once) before the message is sent, and the message carries only the
-  hash: a 1 MB block never travels through Redis. Enqueuing the same block twice is harmless.
+  hash: a 1 MB block never travels through Redis. Enqueuing the same block twice is harmless. A
+  small transaction's bytes are kept with its registration instead (workers/runtime/txsource.py).
 - The message is registered as pending (in the state store) before it is sent, so a message
   the broker loses is still known, and sent again (workers/recovery/requeue.py).
 - A block checked at the door is put into the block index before its message is sent
@@ -39,12 +40,12 @@ from chain import (
     iter_blk_records,
     parse_tx,
 )
-from stores.blob.protocol import blob_key
 from stores.errors import StorageError
 from stores.state import StateStore
 from workers.chainstate.blockindex import below_snapshot, keep_block, parse_block_fast, stated_height
 from workers.runtime.procmap import map_ranges
 from workers.runtime.services import Services, services
+from workers.runtime.txsource import split
 
 log = logging.getLogger("utxoflow.ingest")
 BLOCK_TASK = "utxoflow.block.arrived"
@@ -329,23 +330,28 @@ def _index(svc: Services, block: Block | CheckedBlock) -> None:
 
 def submit_txs(txs: Sequence[Tx], svc: Services | None = None, stored: bool = False) -> list[str]:
     """Store and enqueue `txs` as one message (`utxoflow.txs.arrived`), each registered under
-    its own id first, in one write; their txids (display hex), in their order, which is the
+    its own id first, in one write that keeps the bytes of the small ones
+    (workers/runtime/txsource.py); their txids (display hex), in their order, which is the
     order the worker applies them in (a parent listed after its child: the child waits for
-    it). `stored`: `store_txs` has written their bytes already."""
+    it). `stored`: `store_txs` has written the large ones' bytes already."""
     svc = svc or services()
-    if not stored:
-        store_txs(txs, svc)
+    kept, blobs = split(txs)
+    if blobs and not stored:
+        svc.blobs.put_many_if_absent(blobs)
     txids = [tx.txid_hex for tx in txs]
     idents = [f"tx:{t}" for t in txids]
-    svc.registry.add_many(idents)
+    svc.registry.add_many(idents, kept)
     publish_txs(txids, idents)
     return txids
 
 
 def store_txs(txs: Sequence[Tx], svc: Services) -> None:
-    """The bytes of `txs` in the blob store, durable (before any message names them). Safe in a
-    thread beside the one that registers and sends: `utxo enqueue tx` stores batches ahead."""
-    svc.blobs.put_many_if_absent([_tx_blob(tx) for tx in txs])
+    """The bytes of those of `txs` too large to travel with their registration, in the blob
+    store, durable (before any message names them). Safe in a thread beside the one that
+    registers and sends: `utxo enqueue tx` stores batches ahead."""
+    _kept, blobs = split(txs)
+    if blobs:
+        svc.blobs.put_many_if_absent(blobs)
 
 
 def publish_txs(txids: list[str], idents: list[str]) -> None:
@@ -361,11 +367,10 @@ def submit_tx(raw: bytes | Tx, svc: Services | None = None) -> str:
     """Store (extended if it is) and enqueue one transaction; returns its txid (display hex)."""
     svc = svc or services()
     tx = parse_tx(raw) if isinstance(raw, bytes) else raw
-    store_txs([tx], svc)
-    send(TX_TASK, tx.txid_hex, f"tx:{tx.txid_hex}", svc)
+    kept, blobs = split([tx])
+    if blobs:
+        svc.blobs.put_many_if_absent(blobs)
+    ident = f"tx:{tx.txid_hex}"
+    svc.registry.add_many([ident], kept)
+    publish(TX_TASK, tx.txid_hex, ident)
     return tx.txid_hex
-
-
-def _tx_blob(tx: Tx) -> tuple[str, bytes]:
-    """(key, bytes) of a tx's blob: extended if they were."""
-    return blob_key(tx.txid, "tx"), tx.serialize(extended=True) if tx.is_extended else tx.raw

@@ -21,7 +21,7 @@ scan.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from chain import hex_to_hash
 from stores.state import PENDING_KINDS, BlockEntry, BlockStatus, PendingDone, Refusal, StateStore
@@ -51,11 +51,12 @@ class Registry:
         kind, key = parse_ident(ident)
         self.state.add_pending(ident, kind, key, self.broker.known() if self.broker else "")
 
-    def add_many(self, idents: Sequence[str]) -> None:
-        """`add` of each, in one write (a batch of messages about to be sent)."""
+    def add_many(self, idents: Sequence[str], kept: Mapping[str, bytes] | None = None) -> None:
+        """`add` of each, in one write (a batch of messages about to be sent), with the bytes
+        of the transactions among them that travel with their registration (`kept`)."""
         entries = [(ident, *parse_ident(ident)) for ident in idents]
         if entries:
-            self.state.add_pending_many(entries, self.broker.known() if self.broker else "")
+            self.state.add_pending_many(entries, self.broker.known() if self.broker else "", kept)
 
     def done_many(self, done: Sequence[PendingDone]) -> None:
         """`done` of each, in one write (a batch of transactions finished)."""
