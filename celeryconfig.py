@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from kombu import Queue
 
+from workers.broker.redisurl import for_kombu
 from workers.settings import QUEUES as _QUEUES
 from workers.settings import load_settings
 
 _settings = load_settings()
 
-broker_url = _settings.broker_url
+# a Sentinel URL's primary name goes to kombu as a transport option (workers/broker/redisurl.py)
+broker_url, _sentinel_options = for_kombu(_settings.broker_url)
 broker_connection_retry_on_startup = True
 task_serializer = "json"
 result_serializer = "json"
@@ -43,7 +45,7 @@ task_routes = {
 task_acks_late = True
 task_reject_on_worker_lost = True
 worker_prefetch_multiplier = 1
-broker_transport_options = {"visibility_timeout": 3600}  # longer than any task (blocks: minutes)
+broker_transport_options = {"visibility_timeout": 3600, **_sentinel_options}  # (longer than any task)
 task_ignore_result = True
 worker_send_task_events = True  # Flower
 task_send_sent_event = True

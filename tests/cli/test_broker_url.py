@@ -23,6 +23,8 @@ BAD = {
     "redis://[::1:6379/0": "invalid IPv6 URL",
     " ": "it is empty",
     "redis://127.0.0.1:6379/0;bar://h:1": "URL 2 of 2: unknown scheme 'bar'",
+    "sentinel://h1:26379;sentinel://h2:26379": "a Sentinel broker needs the primary's name",
+    "sentinel://h1:26379/0?master_name=m;redis://h2:6379": "every URL of a Sentinel broker must be sentinel://",
 }
 LOCAL_REDIS = REDIS  # the suite's Redis (.ci/run starts one at 6379; UTXOFLOW_TEST_REDIS)
 COMMANDS = [("enqueue", "block", "block.hex"), ("enqueue", "tx", "tx.hex"), ("worker",), ("beat",),
@@ -77,7 +79,7 @@ def test_a_redis_that_does_not_answer_is_no_problem_yet() -> None:
 
 @pytest.mark.parametrize("url", [
     "redis://127.0.0.1:6379/0", "redis://", "rediss://u:p@h:6380/1", "REDIS://h/2", "redis+socket:///tmp/r.sock",
-    "sentinel://h1:26379;sentinel://h2:26379", "amqp://guest@localhost//", "memory://", "sqs://",
+    "sentinel://h1:26379/0?master_name=m;sentinel://h2:26379", "amqp://guest@localhost//", "memory://", "sqs://",
 ])  # fmt: skip
 def test_urls_that_may_work_pass(url: str) -> None:
     assert url_problem(url) is None

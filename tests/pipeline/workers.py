@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from chain import Tx
 from stores.state import StateStore, open_state_store
@@ -23,6 +22,7 @@ from stores.utxo import UtxoStore, open_utxo_store
 from tests.aerospike_server import drop_set, needs_aerospike, new_url
 from tests.conftest import REDIS
 from tests.pipeline.chains import Chain, seed
+from workers.broker.redisurl import connect
 from workers.demo.localredis import claim_database
 from workers.runtime.registry import Registry
 
@@ -60,7 +60,7 @@ class Pipeline:
             "UTXO_BLOCK_CHUNK_HELPERS": "2",
         }
         self.workers: list[subprocess.Popen[bytes]] = []
-        self.redis = redis.Redis.from_url(broker)
+        self.redis = connect(broker)  # (the primary's, on Sentinel)
 
     def use_postgres(self, url: str) -> None:
         """Keep the UTXO and state stores in the (empty) PostgreSQL database at `url` instead."""

@@ -21,10 +21,13 @@ import time
 
 import redis
 
+from workers.broker.redisurl import SCHEMES, connect, is_sentinel, sentinel_target
+
 
 def is_redis(url: str) -> bool:
-    """Whether a broker URL names a Redis (the only broker with runs and an `unacked` hash)."""
-    return url.split("://", 1)[0].lower() in ("redis", "rediss")
+    """Whether a broker URL names a Redis, directly or through its sentinels (the only broker
+    with runs and an `unacked` hash)."""
+    return url.split("://", 1)[0].lower() in SCHEMES
 
 
 def url_problem(url: str) -> str | None:
@@ -59,6 +62,13 @@ def url_problem(url: str) -> str | None:
         db = parts.path.strip("/")
         if is_redis(scheme) and db and not db.isdigit():
             return f"{which}the database (after the host) must be a number, got {db!r}"
+    if is_sentinel(urls[0]):
+        try:
+            target = sentinel_target(url)
+        except ValueError as e:
+            return str(e)
+        if target.master_name is None:
+            return "a Sentinel broker needs the primary's name: sentinel://HOST:PORT/0?master_name=NAME;…"
     return None
 
 
@@ -66,10 +76,14 @@ def server_problem(url: str) -> str | None:
     """Why a Redis broker that answers cannot work with this URL: it refuses the database (an
     index past its `databases`) or the credentials. Asked once, with a short timeout; a broker
     that does not answer is no problem here (it may be starting: the consumer waits for it)."""
-    if not is_redis(url) or ";" in url:
+    if not is_redis(url) or (";" in url and not is_sentinel(url)):
         return None
+    if is_sentinel(url):
+        unknown = _unknown_master(url)
+        if unknown is not None:
+            return unknown
     try:
-        client = redis.Redis.from_url(url.strip(), socket_timeout=2, socket_connect_timeout=2)
+        client = connect(url, timeout=2)
         try:
             client.ping()
         finally:
@@ -79,6 +93,26 @@ def server_problem(url: str) -> str | None:
     except (redis.RedisError, OSError):
         return None
     return None
+
+
+def _unknown_master(url: str) -> str | None:
+    """Sentinels that answer and none of which monitors the URL's primary (None: one does, or
+    none answers: they may be starting)."""
+    t = sentinel_target(url)
+    answered = False
+    for host, port in t.sentinels:
+        s = redis.Redis(host=host, port=port, socket_timeout=2, socket_connect_timeout=2)
+        try:
+            if s.sentinel_get_master_addr_by_name(t.master_name):
+                return None
+            answered = True
+        except (redis.RedisError, OSError):
+            continue
+        finally:
+            s.close()
+    if not answered:
+        return None
+    return f"the sentinels there monitor no primary named {t.master_name!r}"
 
 
 def broker_error(url: str) -> str | None:
@@ -115,7 +149,7 @@ class BrokerRun:
                 return self._cached[1]
             try:
                 if self._client is None:
-                    self._client = redis.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=5)
+                    self._client = connect(self.url, timeout=5)
                 run = str(self._client.info("server")["run_id"])
             except (redis.RedisError, OSError, KeyError) as e:
                 raise BrokerUnreachable(f"the broker did not answer: {e}") from e

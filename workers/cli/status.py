@@ -153,10 +153,11 @@ def dead_letters_cmd(obj: Context, drop: bool) -> None:
     import redis
 
     from workers.broker.kombu_fix import DEAD_LETTERS
+    from workers.broker.redisurl import connect
 
     url = obj.broker_url()
     try:
-        r = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=10)
+        r = connect(url, timeout=10)
         if drop:
             pipe = r.pipeline()  # (MULTI: what is listed is what goes)
             pipe.llen(DEAD_LETTERS)

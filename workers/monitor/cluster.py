@@ -19,6 +19,7 @@ from stores.sqldb import mask_url
 from stores.state import BlockStatus, StateStore, open_state_store
 from stores.state.prunejobs import PENDING, RUNNING
 from workers.broker.kombu_fix import DEAD_LETTERS, DEAD_LETTERS_TOTAL
+from workers.broker.redisurl import connect
 from workers.broker.runs import is_redis
 from workers.recovery.liveness import ALIVE, TAKEN, UNACKED, queue_keys
 from workers.settings import QUEUES, Settings
@@ -42,7 +43,7 @@ def take(settings: Settings, window_s: int = 60) -> dict[str, Any]:
     if not is_redis(settings.broker_url):
         out["errors"]["broker"] = "the broker is not Redis: its queues cannot be read"
         return out
-    r = redis.Redis.from_url(settings.broker_url, socket_timeout=3, socket_connect_timeout=3)
+    r = connect(settings.broker_url, timeout=3)
     try:
         out |= _from_broker(r, window_s, settings.recovery_lease)
     except (redis.RedisError, OSError) as e:

@@ -21,6 +21,8 @@ from collections import defaultdict
 
 import redis
 
+from workers.broker.redisurl import connect
+
 log = logging.getLogger("utxoflow.activity")
 KEY = "utxoflow:activity:"
 KINDS = ("blocks", "block_txs", "mempool_txs")
@@ -61,7 +63,7 @@ class Activity:
             return
         try:
             if self._client is None:
-                self._client = redis.Redis.from_url(self.url, socket_timeout=2, socket_connect_timeout=2)
+                self._client = connect(self.url, timeout=2)
             now = int(time.time())
             pipe = self._client.pipeline(transaction=False)
             for (kind, second), n in counts.items():

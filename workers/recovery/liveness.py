@@ -35,6 +35,8 @@ from typing import Any
 
 import redis
 
+from workers.broker.redisurl import connect
+
 log = logging.getLogger("utxoflow.recovery")
 ALIVE = "utxoflow:alive:"
 TAKEN = "utxoflow:taken"
@@ -42,7 +44,7 @@ UNACKED = "unacked"  # kombu's Redis transport's own hash of unacknowledged mess
 
 
 def client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    return connect(url, timeout=5)
 
 
 class Heartbeat:
