@@ -681,7 +681,7 @@ KUSTOMIZE = (["kubectl", "kustomize"] if shutil.which("kubectl")
 
 
 @pytest.mark.skipif(KUSTOMIZE is None, reason="neither kubectl nor kustomize is installed")
-@pytest.mark.parametrize("root", ["k8s", "aerospike", "."])
+@pytest.mark.parametrize("root", ["k8s", "aerospike", ".", "k8s-autoscale/keda", "k8s-autoscale/hpa"])
 def test_kustomize_builds(root: str) -> None:
     """Local, no cluster: kustomize accepts the layout (files under each kustomization's directory),
     and every ConfigMap a built pod mounts is in the build, generated names and all."""
@@ -694,3 +694,53 @@ def test_kustomize_builds(root: str) -> None:
         if d["kind"] in WORKLOADS:
             for v in d["spec"]["template"]["spec"].get("volumes", []):
                 assert "configMap" not in v or v["configMap"]["name"] in configmaps, d["metadata"]["name"]
+
+
+AUTOSCALE = DEPLOY / "k8s-autoscale"
+EXPORTED = set(re.findall(r'"(utxoflow_\w+)"', (ROOT / "workers" / "monitor" / "exposition.py").read_text()))
+
+
+def test_the_autoscalers_scale_the_workers_on_real_queues_and_metrics() -> None:
+    """KEDA's ScaledObject and the plain HPA scale k8s/'s worker Deployment, never below one (it
+    leads recovery), on the queues workers take and the series `utxo metrics` exports, with the
+    same scale-in (one pod a minute after five calm minutes); KEDA reads the Redis of
+    UTXO_BROKER_URL and k8s-monitoring/'s Prometheus; prometheus-adapter's rules serve what the
+    HPA asks for."""
+    (so,) = [d for d in yaml.safe_load_all((AUTOSCALE / "keda" / "scaledobject.yaml").read_text()) if d]
+    (hpa,) = [d for d in yaml.safe_load_all((AUTOSCALE / "hpa" / "hpa.yaml").read_text()) if d]
+    rules = yaml.safe_load((AUTOSCALE / "hpa" / "prometheus-adapter-rules.yaml").read_text())
+    assert "utxo-worker" in k8s("Deployment")
+    assert so["spec"]["scaleTargetRef"]["name"] == hpa["spec"]["scaleTargetRef"]["name"] == "utxo-worker"
+    assert so["spec"]["minReplicaCount"] == hpa["spec"]["minReplicas"] == 1
+    assert so["spec"]["maxReplicaCount"] == hpa["spec"]["maxReplicas"]
+    assert so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"] == hpa["spec"]["behavior"]
+    down = hpa["spec"]["behavior"]["scaleDown"]
+    assert down["stabilizationWindowSeconds"] >= 300 and down["policies"] == [
+        {"type": "Pods", "value": 1, "periodSeconds": 60}]
+
+    broker = urlsplit(k8s("ConfigMap")["utxoflow"]["data"]["UTXO_BROKER_URL"])
+    triggers = so["spec"]["triggers"]
+    lists = [t["metadata"] for t in triggers if t["type"] == "redis"]
+    assert {m["listName"] for m in lists} == {"txs", "blocks"} and {"txs", "blocks"} <= QUEUES
+    for m in lists:
+        assert m["address"] == f"{broker.hostname}:{broker.port}", m
+        assert m["databaseIndex"] == (broker.path.strip("/") or "0"), m
+    (prom,) = [t["metadata"] for t in triggers if t["type"] == "prometheus"]
+    services = {d["metadata"]["name"]: d for p in (DEPLOY / "k8s-monitoring").glob("*.yaml")
+                for d in yaml.safe_load_all(p.read_text()) if d and d["kind"] == "Service"}
+    server = urlsplit(prom["serverAddress"])
+    assert server.port in [p["port"] for p in services[str(server.hostname)]["spec"]["ports"]], prom
+    assert set(re.findall(r"utxoflow_\w+", prom["query"])) <= EXPORTED, prom
+
+    asked = [m["external"]["metric"] for m in hpa["spec"]["metrics"] if m["type"] == "External"]
+    assert {a["name"] for a in asked} <= EXPORTED
+    queues = {a["selector"]["matchLabels"]["queue"] for a in asked if "selector" in a}
+    assert queues == {"txs", "blocks"}
+    served = {r["name"]["as"] for r in rules["rules"]["external"]}
+    assert {r["seriesQuery"] for r in rules["rules"]["external"]} <= EXPORTED
+    assert {a["name"] for a in asked} <= served
+    # the thresholds agree: one worker per eight txs messages, per 20 blocks messages, per 10 lag
+    by_list = {m["listName"]: m["listLength"] for m in lists}
+    targets = {a.get("selector", {}).get("matchLabels", {}).get("queue", a["name"]): m["external"]["target"]
+               ["averageValue"] for a, m in zip(asked, hpa["spec"]["metrics"])}
+    assert targets == {**by_list, "utxoflow_chain_lag_blocks": prom["threshold"]}

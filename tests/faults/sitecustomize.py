@@ -12,6 +12,8 @@ is imported. No production module reads a test's environment.
   `block_indexed` (a block indexed, the orphans below it not placed yet: `BlockIndex._place_below`).
 - UTXOFLOW_TEST_PRUNE_UNIT_DELAY=S: a pruning run waits S seconds at each renewal of its job
   (after each unit), so that a test can kill it mid-run on any machine.
+- UTXOFLOW_TEST_BLOCK_DELAY=S: the chain's holder waits S seconds before planning each block
+  (`BlockApplier.plan`), so that a chain takes long enough for a test to scale workers mid-run.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 
 POINT = os.environ.get("UTXOFLOW_TEST_PARK")
 DELAY = float(os.environ.get("UTXOFLOW_TEST_PRUNE_UNIT_DELAY") or 0)
+BLOCK_DELAY = float(os.environ.get("UTXOFLOW_TEST_BLOCK_DELAY") or 0)
 
 
 def park() -> None:
@@ -101,6 +104,17 @@ def _prunerun(m: ModuleType) -> None:
     m.PruneRun.renew = slow
 
 
+def _blockapply(m: ModuleType) -> None:
+    plan = m.BlockApplier.plan
+
+    @functools.wraps(plan)
+    def slow(self: Any, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(BLOCK_DELAY)
+        return plan(self, *args, **kwargs)
+
+    m.BlockApplier.plan = slow
+
+
 PARKS = {"tx_spent": ("workers.chainstate.mempool", _mempool),
          "conflict_swap": ("workers.chainstate.conflicts", _conflicts),
          "recovery_handle": ("workers.recovery.handlers", _handlers),
@@ -114,6 +128,8 @@ if POINT:
     PATCHES[module] = patch
 if DELAY:
     PATCHES["workers.pruning.prunerun"] = _prunerun
+if BLOCK_DELAY:
+    PATCHES["workers.chainstate.blockapply"] = _blockapply
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):

@@ -29,9 +29,12 @@ from workers.runtime.registry import Registry
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def faults(point: str | None = None, marker: Path | None = None, prune_delay: float = 0) -> dict[str, str]:
+def faults(
+    point: str | None = None, marker: Path | None = None, prune_delay: float = 0, block_delay: float = 0
+) -> dict[str, str]:
     """The environment that injects a fault into a process a test starts (tests/faults): park at
-    `point` (writing its pid to `marker`), or slow a pruning run by `prune_delay` s a unit."""
+    `point` (writing its pid to `marker`), slow a pruning run by `prune_delay` s a unit, or the
+    chain by `block_delay` s a block."""
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "faults")])}
     if point is not None:
         env["UTXOFLOW_TEST_PARK"] = point
@@ -39,6 +42,8 @@ def faults(point: str | None = None, marker: Path | None = None, prune_delay: fl
             env["UTXOFLOW_TEST_PARK_FILE"] = str(marker)
     if prune_delay:
         env["UTXOFLOW_TEST_PRUNE_UNIT_DELAY"] = str(prune_delay)
+    if block_delay:
+        env["UTXOFLOW_TEST_BLOCK_DELAY"] = str(block_delay)
     return env
 
 
