@@ -7,16 +7,20 @@ transactions in the store once, nothing pending."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from itertools import pairwise
 
 import pytest
 
 from tests.pipeline.chains import funding, outpoints, spend
 from tests.pipeline.test_redis_restart import check_complete, tip_height, wait_result, wait_start
 from tests.pipeline.workers import Pipeline, faults, pipeline_fixture, until  # noqa: F401  (fixture)
+from workers.chainstate.chainlease import LEASE
 
 FUNDS_OUTPUTS = 50
 BLOCK_DELAY = 0.25  # s before each block is planned: the chain outlasts the scaling (tests/faults)
@@ -42,7 +46,24 @@ class TipWatch:
     def longest_wait_after(self, t: float) -> float:
         """The longest time the tip stood still after `t`, until it reached its last height."""
         times = [t] + [s for s, _h in self.seen if s > t]
-        return max((b - a for a, b in zip(times, times[1:])), default=0.0)
+        return max((b - a for a, b in pairwise(times)), default=0.0)
+
+
+def holding(pipeline: Pipeline, workers: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes] | None:
+    """The worker whose pool child holds the chain's lease now (its holder is host:pid:token; a
+    worker runs in a process group of its own), or None."""
+    state = pipeline.open_state()
+    try:
+        holder = state.lease_holder(LEASE)
+    finally:
+        state.close()
+    if holder is None:
+        return None
+    try:
+        group = os.getpgid(int(holder.split(":")[1]))
+    except (ProcessLookupError, ValueError, IndexError):
+        return None
+    return next((p for p in workers if p.pid == group), None)
 
 
 @pytest.fixture
@@ -75,7 +96,10 @@ def test_one_then_four_then_one_worker_loses_nothing_and_never_stalls(watched: P
         until(lambda: tip_height(pipeline) >= first + 2, 60, 0.02, "the first blocks applied")
         added = [pipeline.start_worker(f"w{k}") for k in (2, 3, 4)]  # 1 → 4
         until(lambda: tip_height(pipeline) >= first + 12, 90, 0.02, "the chain going on with four")
-        told = [w1, *added[:2]]  # 4 → 1: the first worker (the chain's holder so far) among them
+        # 4 → 1, the chain's holder among those told to stop
+        holder = until(lambda: holding(pipeline, [w1, *added]), 30, 0.01, "a worker holding the chain")
+        told = [holder, *[p for p in [w1, *added] if p is not holder][:2]]
+        (left,) = [p for p in [w1, *added] if p not in told]
         at = tip_height(pipeline)
         scaled_in = time.monotonic()
         for p in told:
@@ -89,7 +113,7 @@ def test_one_then_four_then_one_worker_loses_nothing_and_never_stalls(watched: P
         watch.stop.set()
         watch.thread.join()
     check_complete(pipeline, chain, outpoints(funds), mempool)
-    assert added[2].poll() is None, pipeline.logs()  # the one left runs on
+    assert left.poll() is None, pipeline.logs()  # the one left runs on
     # the chain never waited for a lease to lapse: at most a few blocks' time between heights
     stood = watch.longest_wait_after(scaled_in)
     assert stood < 10, (stood, watch.seen)
