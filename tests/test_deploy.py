@@ -273,6 +273,50 @@ def test_the_aerospike_overlays_point_the_workers_at_the_server_they_add() -> No
         assert settings.batch_size <= 8192  # an Aerospike record's slots stay under its size limit
 
 
+def test_the_aerospike_cluster_overlays_run_three_nodes_that_find_each_other() -> None:
+    """deploy/aerospike-cluster: one aerospike.conf for every node, replication factor 2, its
+    mesh seeds exactly the StatefulSet's pods behind its headless Service (published before they
+    are ready) and compose's aliases for its three servers; the workers' UTXO_STORE_URL lists
+    every node; at most one node down by choice (PodDisruptionBudget), one node per host."""
+    here = DEPLOY / "aerospike-cluster"
+    conf = (here / "aerospike.conf").read_text()
+    namespaces = set(re.findall(r"^namespace (\S+) \{", conf, flags=re.M))
+    assert len(namespaces) == 1 and "nsup-period" in conf and "default-ttl 0" in conf
+    assert re.findall(r"^\s*replication-factor (\d+)", conf, flags=re.M) == ["2"]
+    seeds = set(re.findall(r"mesh-seed-address-port (\S+) 3002", conf))
+    docs = {d["kind"]: d for d in yaml.safe_load_all((here / "statefulset.yaml").read_text()) if d}
+    sts, svc, pdb = docs["StatefulSet"], docs["Service"], docs["PodDisruptionBudget"]
+    name, replicas = sts["metadata"]["name"], sts["spec"]["replicas"]
+    assert sts["spec"]["serviceName"] == svc["metadata"]["name"] and svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    pods = {f"{name}-{k}.{svc['metadata']['name']}" for k in range(replicas)}
+    assert replicas == 3 and seeds == pods
+    assert pdb["spec"]["maxUnavailable"] == 1
+    anti = sts["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    (spread,) = anti["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    overlay = yaml.safe_load((here / "kustomization.yaml").read_text())
+    assert overlay["resources"] == ["../k8s", "statefulset.yaml"]
+    generated = overlay["configMapGenerator"][0]
+    assert generated["files"] == ["aerospike.conf"]
+    assert sts["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"] == generated["name"]
+    ops = yaml.safe_load(overlay["patches"][0]["patch"])
+    patched = {op["path"].rsplit("/", 1)[1]: op["value"] for op in ops}
+    override = yaml.safe_load((here / "compose.yaml").read_text())["services"]
+    servers = {k: v for k, v in override.items() if k.startswith("aerospike")}
+    aliases = {a for v in servers.values() for a in v["networks"]["default"]["aliases"]}
+    assert aliases == pods and len(servers) == replicas
+    for v in servers.values():
+        assert "./aerospike.conf:/etc/aerospike/aerospike.conf:ro" in v["volumes"]
+    assert set(override["worker"]["depends_on"]) == set(servers)
+    for url in (patched["UTXO_STORE_URL"], override["worker"]["environment"]["UTXO_STORE_URL"]):
+        parts = parse_url(url)
+        assert set(parts.hosts) == {(p, 3000) for p in pods} and {parts.namespace} == namespaces, url
+    data = {**next(iter(k8s("ConfigMap").values()))["data"], **patched}
+    given = {k.removeprefix("UTXO_").lower(): v for k, v in data.items() if k.startswith("UTXO_")}
+    assert load_settings(**given).batch_size <= 8192
+
+
 # --- metrics: Prometheus, Grafana ---------------------------------------------------------------
 
 PROMETHEUS: dict[str, Any] = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
@@ -681,7 +725,8 @@ KUSTOMIZE = (["kubectl", "kustomize"] if shutil.which("kubectl")
 
 
 @pytest.mark.skipif(KUSTOMIZE is None, reason="neither kubectl nor kustomize is installed")
-@pytest.mark.parametrize("root", ["k8s", "aerospike", ".", "k8s-autoscale/keda", "k8s-autoscale/hpa"])
+@pytest.mark.parametrize("root", ["k8s", "aerospike", "aerospike-cluster", ".", "k8s-autoscale/keda",
+                                  "k8s-autoscale/hpa"])
 def test_kustomize_builds(root: str) -> None:
     """Local, no cluster: kustomize accepts the layout (files under each kustomization's directory),
     and every ConfigMap a built pod mounts is in the build, generated names and all."""
