@@ -33,6 +33,7 @@ SHELL_OPS = {"|", "||", "&&", ";", "&"}
 
 COMPOSE: dict[str, Any] = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
 SERVICES: dict[str, Any] = COMPOSE["services"]
+OVERRIDES = [None, "aerospike/compose.yaml", "aerospike-cluster/compose.yaml"]  # (None: compose.yaml alone)
 K8S: list[dict[str, Any]] = [
     doc for p in sorted((DEPLOY / "k8s").glob("*.yaml")) for doc in yaml.safe_load_all(p.read_text()) if doc
 ]
@@ -250,7 +251,8 @@ def test_the_aerospike_overlays_point_the_workers_at_the_server_they_add() -> No
     assert "nsup-period" in conf and len(namespaces) == 1
     override = yaml.safe_load((here / "compose.yaml").read_text())["services"]
     server = override["aerospike"]
-    assert "./aerospike.conf:/etc/aerospike/aerospike.conf:ro" in server["volumes"]
+    # (an override's relative paths are the first file's: deploy/)
+    assert "./aerospike/aerospike.conf:/etc/aerospike/aerospike.conf:ro" in server["volumes"]
     assert server["command"][-1] == "/etc/aerospike/aerospike.conf"
     compose_url = override["worker"]["environment"]["UTXO_STORE_URL"]
     assert override["worker"]["depends_on"]["aerospike"]["condition"] == "service_healthy"
@@ -307,7 +309,7 @@ def test_the_aerospike_cluster_overlays_run_three_nodes_that_find_each_other() -
     aliases = {a for v in servers.values() for a in v["networks"]["default"]["aliases"]}
     assert aliases == pods and len(servers) == replicas
     for v in servers.values():
-        assert "./aerospike.conf:/etc/aerospike/aerospike.conf:ro" in v["volumes"]
+        assert "./aerospike-cluster/aerospike.conf:/etc/aerospike/aerospike.conf:ro" in v["volumes"]
     assert set(override["worker"]["depends_on"]) == set(servers)
     for url in (patched["UTXO_STORE_URL"], override["worker"]["environment"]["UTXO_STORE_URL"]):
         parts = parse_url(url)
@@ -389,12 +391,14 @@ def test_prometheus_scrapes_every_metrics_port_compose_serves() -> None:
 
 
 def test_bind_mounts_exist() -> None:
-    override = yaml.safe_load((DEPLOY / "aerospike" / "compose.yaml").read_text())["services"]
-    for here, services in ((DEPLOY, SERVICES), (DEPLOY / "aerospike", override)):
+    """Every file a compose service mounts exists, an override's too: Compose resolves every
+    file's relative paths from the first file's directory (deploy/), not the override's own."""
+    overrides = [yaml.safe_load((DEPLOY / o).read_text())["services"] for o in OVERRIDES if o]
+    for services in (SERVICES, *overrides):
         for name, svc in services.items():
             for target, source in bind_mounts(svc).items():
                 # Docker makes a directory for a missing source and mounts that, silently.
-                assert (here / source).exists(), f"{name}: {source} (for {target}) is missing"
+                assert (DEPLOY / source).exists(), f"{name}: {source} (for {target}) is missing"
 
 
 def datasources(node: Any) -> Iterator[Any]:
@@ -789,3 +793,34 @@ def test_the_autoscalers_scale_the_workers_on_real_queues_and_metrics() -> None:
     targets = {a.get("selector", {}).get("matchLabels", {}).get("queue", a["name"]): m["external"]["target"]
                ["averageValue"] for a, m in zip(asked, hpa["spec"]["metrics"])}
     assert targets == {**by_list, "utxoflow_chain_lag_blocks": prom["threshold"]}
+
+
+COMPOSE_V1 = shutil.which("docker-compose")
+
+
+@pytest.mark.skipif(COMPOSE_V1 is None, reason="docker-compose is not installed (.ci/run installs it)")
+@pytest.mark.parametrize("override", OVERRIDES, ids=lambda o: o or "compose.yaml")
+def test_compose_config_accepts_the_files_and_every_bind_mount_exists(
+    tmp_path: Path, override: str | None
+) -> None:
+    """`docker-compose config` (Debian's 1.29: the Compose specification but for the top-level
+    `name`, a later key, taken out of a copy here) accepts compose.yaml with each override, and
+    every file a service mounts exists where Compose resolves it: from the first file's
+    directory, for an override's paths too."""
+    assert COMPOSE_V1 is not None
+    base = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, base, ignore=shutil.ignore_patterns("flower.env"))
+    (base / "flower.env").write_text((DEPLOY / "flower.env.example").read_text())
+    text = (base / "compose.yaml").read_text()
+    assert re.search(r"^name: utxoflow$", text, flags=re.M)
+    (base / "compose.yaml").write_text(re.sub(r"^name: utxoflow$", "", text, flags=re.M))
+    files = ["-f", str(base / "compose.yaml")] + (["-f", str(base / override)] if override else [])
+    run = subprocess.run([COMPOSE_V1, *files, "config"], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert run.returncode == 0, run.stderr
+    services = yaml.safe_load(run.stdout)["services"]
+    for name, svc in services.items():
+        for v in svc.get("volumes", []):
+            source = v["source"] if isinstance(v, dict) else v.split(":")[0]
+            if source.startswith("/"):
+                assert Path(source).exists(), (name, source)
