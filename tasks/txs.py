@@ -11,7 +11,7 @@ from typing import Any
 
 from celery import Task
 
-from chain import hex_to_hash
+from chain import Tx, hex_to_hash
 from stores.errors import StorageError, StoreError
 from stores.state import PendingDone
 from workers.chainstate.mempool import apply_tx, apply_txs, rival, waiting_for_parents, why_waiting
@@ -19,7 +19,7 @@ from workers.ops import activity, metrics
 from workers.runtime.app import app
 from workers.runtime.outcome import Refused
 from workers.runtime.services import services
-from workers.runtime.txsource import Unread, load_txs
+from workers.runtime.txsource import Settled, Unread, load_txs
 
 log = logging.getLogger("utxoflow.tasks")
 PARENT_RETRIES = 20  # a tx whose parents have not arrived waits this many times, then is reported
@@ -34,6 +34,10 @@ def tx_arrived(self: Task, txid: str, ident: str) -> dict[str, Any]:
     try:
         svc = services()  # (first call in a process: opens the stores, which may fail)
         (tx,) = load_txs(svc, [hex_to_hash(txid)])
+        if isinstance(tx, Settled):  # a late copy of its message: nothing to do, nothing refused
+            svc.registry.done(ident, accepted=tx.record)
+            metrics.mempool_tx("known")
+            return {"txid": txid, "status": "known"}
         if isinstance(tx, Unread):
             log.warning("tx %s rejected: %s", txid, tx.why)
             svc.registry.done(ident, refused=(tx.why, None))
@@ -77,12 +81,12 @@ def txs_arrived(self: Task, txids: list[str], idents: list[str], refused_before:
         raise Refused(f"a batch of txs names a txid that is not one: {e}") from None
     try:
         svc = services()  # (first call in a process: opens the stores, which may fail)
-        loaded = load_txs(svc, keys)  # (a tx whose stored bytes are gone or bad: refused alone)
-        unread = {k: t.why for k, t in enumerate(loaded) if isinstance(t, Unread)}
-        txs = {k: t for k, t in enumerate(loaded) if not isinstance(t, Unread)}
+        # (a tx whose stored bytes are gone or bad: refused alone; one settled already: done)
+        loaded = load_txs(svc, keys)
+        txs = {k: t for k, t in enumerate(loaded) if isinstance(t, Tx)}
         applied = iter(apply_txs(svc.utxo, list(txs.values())))
-        answers: list[StoreError | bool | str] = [unread[k] if k in unread else next(applied)
-                                                 for k in range(len(keys))]
+        answers: list[StoreError | bool | Unread | Settled] = [
+            next(applied) if isinstance(t, Tx) else t for t in loaded]
     except StorageError as e:
         raise _again(self, len(txids), e) from e
     done: list[PendingDone] = []
@@ -92,10 +96,13 @@ def txs_arrived(self: Task, txids: list[str], idents: list[str], refused_before:
     made = known = 0
     last_try = self.request.retries >= PARENT_RETRIES
     for k, (txid, ident, answer) in enumerate(zip(txids, idents, answers)):
-        if isinstance(answer, str):
-            log.warning("tx %s rejected: %s", txid, answer)
-            done.append(PendingDone(ident, refused=(answer, None)))
-            refused.append(f"{txid}: {answer}")
+        if isinstance(answer, Settled):
+            done.append(PendingDone(ident, accepted=answer.record))
+            known += 1
+        elif isinstance(answer, Unread):
+            log.warning("tx %s rejected: %s", txid, answer.why)
+            done.append(PendingDone(ident, refused=(answer.why, None)))
+            refused.append(f"{txid}: {answer.why}")
         elif isinstance(answer, StoreError):
             if waiting_for_parents(answer) and not last_try:
                 waiting.append(k)

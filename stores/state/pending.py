@@ -24,7 +24,7 @@ from stores.sqldb import Database, chunks, increasing_key
 from stores.state.protocol import PENDING_KINDS, PendingDone, PendingEntry
 from stores.state.recovery import insert_sql
 from stores.state.refusals import forget_refusal, note_refusal
-from stores.state.txbytes import keep_tx_bytes
+from stores.state.txbytes import keep_tx_bytes, lock_bytes
 
 COLS = "ident, kind, key, seq, enqueued_at, sent_at, broker_run, sends"
 IN_CHUNK = 500  # ids per `IN (…)` list: well below either database's parameter limit
@@ -87,6 +87,8 @@ class PendingTable:
         recover = insert_sql(self.db)
 
         def unit(cur: Any) -> None:
+            if kept:  # (first: no deletion of bytes may miss this registration; txbytes.py)
+                lock_bytes(self.db, cur, exclusive=False)
             cur.executemany(sql, [(ident, kind, key, now, now, broker_run) for ident, kind, key in entries])
             # a mempool tx is followed until it is mined (workers/recovery)
             txs = [(ident, kind, key, now) for ident, kind, key in entries if kind == "tx"]
@@ -126,9 +128,12 @@ class PendingTable:
 
     def note_waiting(self, reasons: Sequence[tuple[str, str]]) -> None:
         now = _now_ms()
+        # FOR SHARE (PostgreSQL): a message being finished meanwhile is waited for, then found
+        # gone, so no reason outlives its message (its remover's DELETE could not see this row)
+        share = " FOR SHARE" if self.db.dialect == "postgresql" else ""
         sql = self.db.q(
             "INSERT INTO pending_waits (ident, reason, since) SELECT ?, ?, ? "
-            "WHERE EXISTS (SELECT 1 FROM pending WHERE ident = ?) "
+            f"WHERE EXISTS (SELECT 1 FROM pending WHERE ident = ?{share}) "
             "ON CONFLICT (ident) DO UPDATE SET reason = excluded.reason"
         )
 
@@ -137,6 +142,16 @@ class PendingTable:
 
         if reasons:  # an upsert: a connection lost in its COMMIT is tried again
             self.db.write("note waiting", unit, idempotent=True)
+
+    def sweep_waits(self) -> int:
+        """See the protocol (StateStore.sweep_waits)."""
+
+        def unit(cur: Any) -> int:
+            cur.execute("DELETE FROM pending_waits WHERE NOT EXISTS "
+                        "(SELECT 1 FROM pending WHERE pending.ident = pending_waits.ident)")
+            return int(cur.rowcount or 0)
+
+        return self.db.write("sweep waits", unit, idempotent=True)
 
     def waiting(
         self, idents: Sequence[str] | None = None, limit: int = 20

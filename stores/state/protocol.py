@@ -246,6 +246,10 @@ class StateStore(Protocol):
     def sweep_tx_bytes(self) -> int:
         """Delete the bytes no pending message or pending recovery entry needs; how many."""
 
+    def sweep_waits(self) -> int:
+        """Delete the reasons of messages no longer pending (none is left by the writes that
+        finish a message; this is a backstop); how many."""
+
     def remove_pending(
         self, ident: str, accepted: bool = False, refused: tuple[str, str | None] | None = None
     ) -> None:

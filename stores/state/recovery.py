@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stores.sqldb import Database, increasing_key
-from stores.state.txbytes import drop_tx_bytes
+from stores.state.txbytes import drop_tx_bytes, lock_bytes
 
 KINDS = ("tx", "creation")
 PENDING = "pending"
@@ -166,6 +166,8 @@ class RecoveryTable:
         count = _count_sql(self.db)
 
         def unit(cur: Any) -> bool:
+            if status in TERMINAL:  # (first: the bytes may go below; stores/state/txbytes.py)
+                lock_bytes(self.db, cur, exclusive=True)
             where = "WHERE ident = ? AND holder = ? AND holder <> '' AND status = 'pending'"
             if status == DONE:
                 cur.execute(q(f"DELETE FROM recovery {where}"), (ident, holder))

@@ -11,7 +11,14 @@ Invariants:
   (the manager applies a tx whose message was lost, and tries a refused one again until its
   grace ends). The release that makes the entry terminal deletes them when no message is
   pending, in its own write; `sweep_tx_bytes` deletes the rest (a message finished after its
-  entry, two such writes racing on PostgreSQL), so the table holds about the mempool.
+  entry ended), so the table holds about the mempool. A copy of a message that comes after its
+  tx was settled finds no bytes: the worker then asks the store and the entry
+  (workers/runtime/txsource.py), it does not refuse a tx that was applied.
+- On PostgreSQL, where writes run side by side, a registration that keeps bytes holds a shared
+  advisory lock (BYTES_LOCK) and a write that deletes them the exclusive one, each from the
+  start of its transaction: a deletion's look for a pending message never misses a registration
+  in flight (READ COMMITTED would not show it one), and neither side waits on the other's rows
+  while holding the lock the other wants. SQLite runs one writer at a time.
 """
 
 from __future__ import annotations
@@ -22,6 +29,13 @@ from typing import Any
 from stores.sqldb import Database, chunks
 
 IN_CHUNK = 500  # ids per `IN (…)` list
+BYTES_LOCK = 0x54584259  # "TXBY": PostgreSQL advisory lock between keeping and deleting bytes
+
+
+def lock_bytes(db: Database, cur: Any, exclusive: bool) -> None:
+    """Inside a write unit, first: the side of BYTES_LOCK this write takes (see the module)."""
+    if db.dialect == "postgresql":
+        cur.execute(f"SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s)", (BYTES_LOCK,))
 
 
 def txbytes_ddl(blob: str) -> list[str]:
@@ -36,8 +50,8 @@ def keep_tx_bytes(db: Database, cur: Any, kept: Mapping[str, bytes]) -> None:
 
 
 def drop_tx_bytes(db: Database, cur: Any, ident: str) -> None:
-    """Inside a write unit (a recovery entry made terminal): its bytes, unless its message is
-    pending (sent again meanwhile)."""
+    """Inside a write unit that took `lock_bytes(exclusive=True)` first (a recovery entry made
+    terminal): its bytes, unless its message is pending (sent again meanwhile)."""
     cur.execute(db.q("DELETE FROM tx_bytes WHERE ident = ? AND NOT EXISTS "
                      "(SELECT 1 FROM pending WHERE pending.ident = ?)"), (ident, ident))
 
@@ -64,6 +78,7 @@ class TxBytes:
         """See the protocol (StateStore.sweep_tx_bytes)."""
 
         def unit(cur: Any) -> int:
+            lock_bytes(self.db, cur, exclusive=True)
             cur.execute(
                 "DELETE FROM tx_bytes WHERE "
                 "NOT EXISTS (SELECT 1 FROM pending WHERE pending.ident = tx_bytes.ident) AND "

@@ -16,6 +16,8 @@ then mines is `confirmed`, and one spending a coinbase not mature yet is tried a
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -165,3 +167,48 @@ def test_a_refusal_a_block_overturns_and_an_immature_spend_end_confirmed(pipelin
     pipeline.wait(30)
     third = outcomes(recover(pipeline, "--once"))
     assert third[ident(early)][0] == "confirmed", third
+
+
+def send_late(pipeline: Pipeline, *txs: Tx) -> None:
+    """A copy of the txs' batch message that comes late (a redelivery, a re-send): registered
+    again as the re-sending scan does, and sent, while no bytes of theirs are kept anywhere."""
+    for t in txs:
+        pipeline.register(ident(t))
+    args = [[t.txid_hex for t in txs], [ident(t) for t in txs]]
+    code = f"from workers.runtime.app import app; app.send_task('utxoflow.txs.arrived', args={args!r})"
+    subprocess.run([sys.executable, "-c", code], env=pipeline.env, cwd=pipeline.tmp, check=True, timeout=60)
+
+
+def test_a_late_copy_of_a_settled_txs_message_is_no_refusal(pipeline: Pipeline) -> None:
+    """a is accepted, mined and confirmed by the recovery manager, c is never found (orphan):
+    both entries end, and their kept bytes with them. A copy of their message that comes then
+    finds no bytes: a is answered as known (its record is there), c is finished as its verdict
+    left it; neither is refused, and `utxo wait` exits 0."""
+    pipeline.env.update({
+        "UTXO_RECOVERY_ENABLED": "false", "UTXO_RECOVERY_TTL": "0",
+        "UTXO_RECOVERY_NOT_FOUND_GRACE": "1", "UTXO_REQUEUE_AFTER": "1h",
+    })
+    funds = funding(2)
+    chain = pipeline.seed(funds)
+    a, c = spend((funds[0], 0)), spend((funding(1)[0], 0))  # c's parent: never in the store
+    pipeline.enqueue("tx", raws(c))
+    pipeline.redis.delete("txs")  # c's message lost: only the manager can settle it
+    pipeline.start_worker("w1")
+    pipeline.enqueue("tx", raws(a))
+    until(lambda: pipeline.tx(a.txid_hex), 30, why="a accepted")
+    chain.add([a])
+    pipeline.enqueue("block", [chain.blocks[-1]])
+    until(lambda: pipeline.tip()["height"] == chain.height - 1, 30, why="a mined")
+    time.sleep(1.2)  # past c's grace
+    got = outcomes(recover(pipeline, "--once"))
+    assert got[ident(a)][0] == "confirmed" and got[ident(c)][0] == "orphan", got
+    state = pipeline.open_state()
+    try:
+        assert state.tx_bytes([ident(a), ident(c)]) == {}
+    finally:
+        state.close()
+    send_late(pipeline, a, c)
+    out = pipeline.wait(30, refused=0)
+    assert out == {"done": True, "pending": 0, "refused": 0}, out
+    assert "rejected" not in pipeline.log("w1"), pipeline.log("w1")
+    assert pipeline.tx(c.txid_hex) is None and pipeline.tx(a.txid_hex) is not None

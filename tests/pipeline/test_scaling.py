@@ -1,4 +1,4 @@
-"""Workers scaled out and in mid-run, as an autoscaler does (deploy/k8s/autoscale): one worker,
+"""Workers scaled out and in mid-run, as an autoscaler does (deploy/k8s-autoscale): one worker,
 then four, then one again, with real `utxo worker` processes. Scale-in is Celery's warm shutdown
 (SIGTERM, what Kubernetes sends a pod it removes): each worker told to stop finishes or hands back
 what it holds and exits 0, the chain's lease is let go rather than left to lapse (120 s), and the

@@ -64,11 +64,16 @@ def sentinel_target(url: str) -> SentinelTarget:
 
 
 def for_kombu(url: str) -> tuple[str, dict[str, str]]:
-    """The URL Celery and kombu are given, and the transport options it needs besides."""
+    """The URL Celery and kombu are given, and the transport options it needs besides (a URL
+    that does not parse is given as it is: the commands refuse it before they use it,
+    workers.broker.runs.broker_error)."""
     if not is_sentinel(url):
         return url, {}
     bare = ";".join(p.strip().split("?", 1)[0] for p in url.split(";") if p.strip())
-    name = sentinel_target(url).master_name
+    try:
+        name = sentinel_target(url).master_name
+    except ValueError:
+        return url, {}
     return bare, ({"master_name": name} if name else {})
 
 

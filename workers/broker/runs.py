@@ -106,6 +106,8 @@ def _unknown_master(url: str) -> str | None:
             if s.sentinel_get_master_addr_by_name(t.master_name):
                 return None
             answered = True
+        except redis.ResponseError:  # it answers, and no SENTINEL command: a plain Redis
+            return f"{host}:{port} is no Redis Sentinel (it answers as a Redis: use redis://)"
         except (redis.RedisError, OSError):
             continue
         finally:

@@ -120,7 +120,7 @@ def wait_cmd(obj: Context, timeout: float) -> int:
         finished = [i for i in reg.waited if i not in still]
         refused, mark = reg.unreported(finished)
         n_orphans, orphans = reg.orphans(REFUSALS_LISTED)
-        n_waits, waits = state.waiting(sorted(still), REFUSALS_LISTED) if still else (0, {})
+        n_waits, waits = state.waiting(None, REFUSALS_LISTED) if still else (0, {})
         if done:
             reg.reported(mark)
     finally:

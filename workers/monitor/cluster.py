@@ -43,7 +43,11 @@ def take(settings: Settings, window_s: int = 60) -> dict[str, Any]:
     if not is_redis(settings.broker_url):
         out["errors"]["broker"] = "the broker is not Redis: its queues cannot be read"
         return out
-    r = connect(settings.broker_url, timeout=3)
+    try:
+        r = connect(settings.broker_url, timeout=3)
+    except ValueError as e:  # (a Sentinel URL that names no primary: said, not raised)
+        out["errors"]["broker"] = f"UTXO_BROKER_URL ({mask_url(settings.broker_url)}): {_line(e)}"
+        return out
     try:
         out |= _from_broker(r, window_s, settings.recovery_lease)
     except (redis.RedisError, OSError) as e:

@@ -42,7 +42,7 @@ from stores.utxo import SpendRejected, TxCoinbaseImmature, TxLocked, TxNotFound
 from workers.chainstate.mempool import apply_tx, give_up, hold_inputs, waiting_for_parents
 from workers.ops import metrics
 from workers.runtime.services import Services
-from workers.runtime.txsource import Unread, load_txs
+from workers.runtime.txsource import Settled, Unread, load_txs
 
 log = logging.getLogger("utxoflow.recovery")
 
@@ -69,9 +69,9 @@ def _tx(svc: Services, entry: RecoveryEntry) -> Verdict:
     if entry.accepted:
         return Verdict("deleted", "deleted: its record was removed after it was made")
     (tx,) = load_txs(svc, [txid])
+    if isinstance(tx, Settled) or (isinstance(tx, Unread) and tx.missing):  # (they may yet come:
+        return _not_found(svc, entry, "no record and no bytes kept")  # the tx enqueued again)
     if isinstance(tx, Unread):
-        if tx.missing:  # (they may still come: the tx enqueued again)
-            return _not_found(svc, entry, "no record and no bytes kept")
         return Verdict("deleted", f"deleted: {tx.why}")
     applied = apply_tx(svc.utxo, tx)  # (the refusal, or whether this call made the record)
     if not isinstance(applied, StoreError):

@@ -111,8 +111,8 @@ class RecoveryManager:
         # the bytes of txs nobody will apply again (stores/state/txbytes.py): most go with their
         # entry's release; this takes the rest, once a lease (a scan of a mempool-sized table)
         if self._due("tx_bytes", self.s.recovery_lease):
-            report["tx_bytes"] = self._step("dropping the bytes of finished txs",
-                                            lambda: {"dropped": self.state.sweep_tx_bytes()})
+            report["tx_bytes"] = self._step("dropping the bytes of finished txs", lambda: {
+                "dropped": self.state.sweep_tx_bytes(), "reasons_dropped": self.state.sweep_waits()})
         holder = f"{self.instance}/{self._scans}:{uuid.uuid4().hex[:8]}"
         claimed = self.state.recovery_claim(
             holder, self.s.recovery_lease, self.s.recovery_ttl, self.s.recovery_batch_size
