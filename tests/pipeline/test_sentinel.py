@@ -7,6 +7,7 @@ the commands refuse a Sentinel URL that cannot work (exit 2, one line)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,6 +83,7 @@ def test_a_sentinel_url_that_cannot_work_is_refused(pipeline: Pipeline, sentinel
         (f"sentinel://127.0.0.1:{s1}/0", "needs the primary's name"),
         (f"sentinel://127.0.0.1:{s1}/0?master_name=nobody", "monitor no primary named 'nobody'"),
         (f"sentinel://127.0.0.1:{s1}/0?master_name={MASTER};redis://127.0.0.1:1", "must be sentinel://"),
+        (f"sentinel://127.0.0.1:{sentinels.ports['primary']}/0?master_name={MASTER}", "is no Redis Sentinel"),
     ):
         pipeline.env["UTXO_BROKER_URL"] = url
         for args in (["enqueue", "tx", "tx.hex"], ["worker", "-n", "x@test"]):
@@ -90,6 +92,9 @@ def test_a_sentinel_url_that_cannot_work_is_refused(pipeline: Pipeline, sentinel
             assert r.returncode == 2 and len(lines) == 1, r.stderr
             assert lines[0].startswith("utxo: error: UTXO_BROKER_URL (sentinel://"), r.stderr
             assert said in lines[0], r.stderr
+    pipeline.env["UTXO_BROKER_URL"] = f"sentinel://127.0.0.1:{s1}/0"  # `utxo status` says it, whole
+    r = pipeline.utxo("status", "--json", timeout=30)
+    assert "needs ?master_name" in json.loads(r.stdout)["errors"]["broker"], r.stdout + r.stderr
     pipeline.env["UTXO_BROKER_URL"] = sentinels.url
     r = pipeline.utxo("enqueue", "tx", "tx.hex")
     assert r.returncode == 0 and pipeline.redis.llen("txs") == 1, r.stderr

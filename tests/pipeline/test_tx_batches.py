@@ -326,7 +326,7 @@ def test_a_tx_whose_stored_bytes_are_gone_or_bad_is_refused_alone(pipeline: Pipe
     assert "kept neither with its registration nor in the blob store" in reasons[txs[1].txid_hex], out
     assert "not a transaction" in reasons[txs[3].txid_hex], out
     assert "kept neither" in reasons[txs[5].txid_hex], out
-    assert f"another tx ({txs[0].txid_hex})" in reasons[txs[6].txid_hex], out
+    assert f"another tx's ({txs[0].txid_hex})" in reasons[txs[6].txid_hex], out
     store = pipeline.open_utxo()
     try:
         assert store.existing([t.txid for t in txs]) == {txs[k].txid for k in (0, 2, 4)}
