@@ -157,8 +157,9 @@ class Cluster:
                 p.wait(timeout=30)
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+@pytest.fixture(name="cluster")
+def cluster_fixture(tmp_path: Path) -> Iterator[Cluster]:
+    """A private three-node cluster (import it to use it)."""
     c = Cluster(tmp_path / "aerospike")
     try:
         c.start()

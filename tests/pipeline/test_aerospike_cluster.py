@@ -8,46 +8,28 @@ binary; skipped otherwise."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from tests.aerospike_cluster import Cluster, needs_asd
-from tests.pipeline.chains import confirmed_model, funding, outpoints, spend
-from tests.pipeline.test_redis_restart import check_complete, tip_height, wait_result, wait_start
+from tests.aerospike_cluster import Cluster, cluster_fixture, needs_asd  # noqa: F401  (the fixture)
+from tests.pipeline.chains import confirmed_model, outpoints
+from tests.pipeline.test_redis_restart import (
+    chain_and_mempool,
+    check_complete,
+    tip_height,
+    wait_result,
+    wait_start,
+)
 from tests.pipeline.workers import Pipeline, pipeline_fixture, until  # noqa: F401  (the fixture)
 
 pytestmark = needs_asd
-FUNDS_OUTPUTS = 50
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path / "aerospike")
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
 
 
 @pytest.mark.timeout(300)
 def test_a_node_lost_mid_run_changes_no_answer(pipeline: Pipeline, cluster: Cluster) -> None:
     pipeline.use_aerospike(cluster.url())
     n_blocks, n_txs = 12, 300
-    funds = funding(-(-(n_blocks * n_txs + 20) // FUNDS_OUTPUTS), n_outputs=FUNDS_OUTPUTS)
-    chain = pipeline.seed(funds)
-    outs = [(f, v) for f in funds for v in range(FUNDS_OUTPUTS)]
-    for b in range(n_blocks):
-        txs = [spend(o) for o in outs[b * n_txs: (b + 1) * n_txs]]
-        txs[-1] = spend(outs[(b + 1) * n_txs - 1], n_outputs=130)  # three records: two-phase
-        chain.add(txs)
-    spare = outs[n_blocks * n_txs:]
-    loose = [spend(o, n_outputs=2) for o in spare[:10]]
-    kids = [spend((t, 0)) for t in chain.txs[-1][1:6]]  # parents in the last block: they wait
-    wide = spend((chain.txs[-2][-1], 7), n_outputs=120)  # a multi-record mempool tx
-    mempool = [*loose, *kids, spend((loose[0], 1), (kids[0], 0)), wide]
+    chain, funds, mempool = chain_and_mempool(pipeline, n_blocks, n_txs, wide=True)
+    wide = mempool[-1]  # a multi-record mempool tx (and each block's last tx: three records)
 
     pipeline.start_worker("w1")
     pipeline.start_worker("w2")

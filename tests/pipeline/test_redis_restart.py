@@ -60,6 +60,31 @@ def tip_height(pipeline: Pipeline) -> int:
         state.close()
 
 
+def chain_and_mempool(
+    pipeline: Pipeline, n_blocks: int, n_txs: int, wide: bool = False
+) -> tuple[Chain, list[Tx], list[Tx]]:
+    """The pipeline seeded with funding outputs, a chain of `n_blocks` blocks of `n_txs` spends
+    of them (not enqueued), and mempool transactions: ten with parents in the snapshot, five
+    whose parents are in the last block (they wait for it) and one with a parent of each kind.
+    `wide`: each block's last spend has 130 outputs and the mempool gains one of 120 (records
+    of several pages at UTXO_BATCH_SIZE=50: two-phase creation). (chain, funds, mempool)."""
+    funds = funding(-(-(n_blocks * n_txs + 20) // FUNDS_OUTPUTS), n_outputs=FUNDS_OUTPUTS)
+    chain = pipeline.seed(funds)
+    outs = [(f, v) for f in funds for v in range(FUNDS_OUTPUTS)]
+    for b in range(n_blocks):
+        txs = [spend(o) for o in outs[b * n_txs : (b + 1) * n_txs]]
+        if wide:
+            txs[-1] = spend(outs[(b + 1) * n_txs - 1], n_outputs=130)
+        chain.add(txs)
+    spare = outs[n_blocks * n_txs :]
+    loose = [spend(o, n_outputs=2) for o in spare[:10]]  # parents in the snapshot
+    kids = [spend((t, 0)) for t in chain.txs[-1][1:6]]  # parents in the last block: they wait
+    mempool = loose + kids + [spend((loose[0], 1), (kids[0], 0))]
+    if wide:
+        mempool.append(spend((chain.txs[-2][-1], 7), n_outputs=120))
+    return chain, funds, mempool
+
+
 def check_complete(
     pipeline: Pipeline, chain: Chain, base: set[tuple[bytes, int]], mempool: list[Tx]
 ) -> None:
@@ -91,15 +116,7 @@ def test_redis_killed_mid_run_loses_nothing(pipeline: Pipeline, broker: RedisSer
     parents the last blocks create) enqueued; Redis SIGKILLed once the first block is applied,
     with messages still queued, and started again. Beat's next scan re-sends what was lost."""
     n_blocks, n_txs = 12, 1500
-    funds = funding(-(-(n_blocks * n_txs + 20) // FUNDS_OUTPUTS), n_outputs=FUNDS_OUTPUTS)
-    chain = pipeline.seed(funds)
-    outs = [(f, v) for f in funds for v in range(FUNDS_OUTPUTS)]
-    for b in range(n_blocks):
-        chain.add([spend(o) for o in outs[b * n_txs : (b + 1) * n_txs]])
-    spare = outs[n_blocks * n_txs :]
-    loose = [spend(o, n_outputs=2) for o in spare[:10]]  # parents in the snapshot
-    kids = [spend((t, 0)) for t in chain.txs[-1][1:6]]  # parents in the last block: they wait
-    mempool = loose + kids + [spend((loose[0], 1), (kids[0], 0))]
+    chain, funds, mempool = chain_and_mempool(pipeline, n_blocks, n_txs)
 
     pipeline.start_worker("w1")
     pipeline.start_worker("w2")

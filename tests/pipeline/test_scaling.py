@@ -17,12 +17,17 @@ from itertools import pairwise
 
 import pytest
 
-from tests.pipeline.chains import funding, outpoints, spend
-from tests.pipeline.test_redis_restart import check_complete, tip_height, wait_result, wait_start
+from tests.pipeline.chains import outpoints
+from tests.pipeline.test_redis_restart import (
+    chain_and_mempool,
+    check_complete,
+    tip_height,
+    wait_result,
+    wait_start,
+)
 from tests.pipeline.workers import Pipeline, faults, pipeline_fixture, until  # noqa: F401  (fixture)
 from workers.chainstate.chainlease import LEASE
 
-FUNDS_OUTPUTS = 50
 BLOCK_DELAY = 0.25  # s before each block is planned: the chain outlasts the scaling (tests/faults)
 
 
@@ -76,15 +81,7 @@ def watched(pipeline: Pipeline) -> Iterator[Pipeline]:
 def test_one_then_four_then_one_worker_loses_nothing_and_never_stalls(watched: Pipeline) -> None:
     pipeline = watched
     n_blocks, n_txs = 40, 150
-    funds = funding(-(-(n_blocks * n_txs + 20) // FUNDS_OUTPUTS), n_outputs=FUNDS_OUTPUTS)
-    chain = pipeline.seed(funds)
-    outs = [(f, v) for f in funds for v in range(FUNDS_OUTPUTS)]
-    for b in range(n_blocks):
-        chain.add([spend(o) for o in outs[b * n_txs: (b + 1) * n_txs]])
-    spare = outs[n_blocks * n_txs:]
-    loose = [spend(o, n_outputs=2) for o in spare[:10]]  # parents in the snapshot
-    kids = [spend((t, 0)) for t in chain.txs[-1][1:6]]  # parents in the last block: they wait
-    mempool = loose + kids + [spend((loose[0], 1), (kids[0], 0))]
+    chain, funds, mempool = chain_and_mempool(pipeline, n_blocks, n_txs)
     first = chain.height - n_blocks
 
     w1 = pipeline.start_worker("w1")

@@ -15,11 +15,15 @@ import pytest
 
 from tests.pipeline.chains import funding, outpoints, spend
 from tests.pipeline.sentinel_server import MASTER, SentinelSet, sentinels_fixture  # noqa: F401
-from tests.pipeline.test_redis_restart import check_complete, tip_height, wait_result, wait_start
+from tests.pipeline.test_redis_restart import (
+    chain_and_mempool,
+    check_complete,
+    tip_height,
+    wait_result,
+    wait_start,
+)
 from tests.pipeline.workers import Pipeline, until
 from workers.broker.runs import BrokerRun, BrokerUnreachable
-
-FUNDS_OUTPUTS = 50
 
 
 def run_of(url: str) -> str | None:
@@ -41,15 +45,7 @@ def pipeline(tmp_path: Path, sentinels: SentinelSet) -> Iterator[Pipeline]:
 @pytest.mark.timeout(180)
 def test_the_primary_killed_mid_run_loses_nothing(pipeline: Pipeline, sentinels: SentinelSet) -> None:
     n_blocks, n_txs = 10, 800
-    funds = funding(-(-(n_blocks * n_txs + 20) // FUNDS_OUTPUTS), n_outputs=FUNDS_OUTPUTS)
-    chain = pipeline.seed(funds)
-    outs = [(f, v) for f in funds for v in range(FUNDS_OUTPUTS)]
-    for b in range(n_blocks):
-        chain.add([spend(o) for o in outs[b * n_txs: (b + 1) * n_txs]])
-    spare = outs[n_blocks * n_txs:]
-    loose = [spend(o, n_outputs=2) for o in spare[:10]]  # parents in the snapshot
-    kids = [spend((t, 0)) for t in chain.txs[-1][1:6]]  # parents in the last block: they wait
-    mempool = loose + kids + [spend((loose[0], 1), (kids[0], 0))]
+    chain, funds, mempool = chain_and_mempool(pipeline, n_blocks, n_txs)
 
     pipeline.start_worker("w1")
     pipeline.start_worker("w2")
